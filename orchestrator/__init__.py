@@ -1,0 +1,1 @@
+"""sbx: a container-isolated sandbox orchestrator."""

@@ -1,0 +1,1 @@
+"""Container backends: what the layers above need from an engine (``base``) and the engines."""

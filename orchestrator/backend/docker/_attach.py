@@ -1,0 +1,128 @@
+"""An attached exec stream over the engine's own socket, driven by anyio rather than a thread.
+
+The REPL round trip is sub-millisecond; a thread hop per read would double it. So the exec is
+created through the SDK (in a thread, like every other call) and started here: one HTTP request
+upgraded to a raw stream, read and written asynchronously for the life of the exec.
+
+Invariants: a stream is used by one reader at a time; frames are parsed with a bounded header and
+never trust the engine's sizes beyond ``MAX_FRAME``; ``aclose`` is idempotent and never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+from urllib.parse import urlparse
+
+import anyio
+import anyio.abc
+
+from orchestrator.errors import BackendError, BackendUnavailableError
+
+# Engine API version used for the upgrade request; 1.41 is what Docker 20.10 speaks and newer
+# engines still accept.
+API_VERSION = "1.41"
+# The engine splits output into frames of at most 32 KiB; anything far larger is not the engine.
+MAX_FRAME = 1024 * 1024
+MAX_RESPONSE_HEADER = 16 * 1024
+# Connecting and upgrading is local; a second means the engine is stuck, not slow.
+CONNECT_TIMEOUT = 10.0
+_HEADER = struct.Struct(">BxxxL")
+
+
+async def _connect(docker_host: str) -> anyio.abc.SocketStream:
+    url = urlparse(docker_host)
+    try:
+        with anyio.fail_after(CONNECT_TIMEOUT):
+            if url.scheme == "unix":
+                return await anyio.connect_unix(url.path)
+            if url.scheme in ("tcp", "http"):
+                return await anyio.connect_tcp(url.hostname or "localhost", url.port or 2375)
+    except (OSError, TimeoutError) as exc:
+        raise BackendUnavailableError(f"cannot attach to the engine at {docker_host}") from exc
+    raise BackendUnavailableError(f"attaching over {url.scheme!r} is not supported (unix, tcp)")
+
+
+class AttachedExec:
+    """stdin in, ``(stream, bytes)`` out; with a TTY every chunk is reported as stdout."""
+
+    def __init__(self, exec_id: str, sock: anyio.abc.SocketStream, *, tty: bool) -> None:
+        self.exec_id = exec_id
+        self._sock = sock
+        self._tty = tty
+        self._buffer = bytearray()
+        self._closed = False
+
+    @classmethod
+    async def start(cls, docker_host: str, exec_id: str, *, tty: bool) -> AttachedExec:
+        sock = await _connect(docker_host)
+        try:
+            body = json.dumps({"Detach": False, "Tty": tty}).encode()
+            request = (
+                f"POST /v{API_VERSION}/exec/{exec_id}/start HTTP/1.1\r\n"
+                "Host: docker\r\nContent-Type: application/json\r\n"
+                "Connection: Upgrade\r\nUpgrade: tcp\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            with anyio.fail_after(CONNECT_TIMEOUT):
+                await sock.send(request)
+                stream = cls(exec_id, sock, tty=tty)
+                await stream._read_response_head()
+            return stream
+        except BaseException:
+            await sock.aclose()
+            raise
+
+    async def _read_response_head(self) -> None:
+        while b"\r\n\r\n" not in self._buffer:
+            if len(self._buffer) > MAX_RESPONSE_HEADER:
+                raise BackendError("engine sent an oversized response header")
+            self._buffer += await self._sock.receive()
+        head, _, rest = bytes(self._buffer).partition(b"\r\n\r\n")
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or parts[1] not in ("101", "200"):
+            raise BackendError(f"engine refused to start exec: {status_line} {rest[:200]!r}")
+        self._buffer = bytearray(rest)
+
+    async def send(self, data: bytes) -> None:
+        await self._sock.send(data)
+
+    async def send_eof(self) -> None:
+        await self._sock.send_eof()
+
+    async def _fill(self, size: int) -> bool:
+        while len(self._buffer) < size:
+            try:
+                chunk = await self._sock.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return False
+            self._buffer += chunk
+        return True
+
+    async def receive(self) -> tuple[int, bytes] | None:
+        """The next chunk, or None once the exec's output has ended."""
+        if self._tty:
+            if not self._buffer and not await self._fill(1):
+                return None
+            data, self._buffer = bytes(self._buffer), bytearray()
+            return 1, data
+        if not await self._fill(_HEADER.size):
+            return None
+        stream, size = _HEADER.unpack_from(self._buffer)
+        if size > MAX_FRAME or stream not in (0, 1, 2):
+            raise BackendError(f"malformed stream frame (stream {stream}, {size} bytes)")
+        if not await self._fill(_HEADER.size + size):
+            return None
+        data = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
+        del self._buffer[: _HEADER.size + size]
+        return stream, data
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(OSError):
+                await self._sock.aclose()

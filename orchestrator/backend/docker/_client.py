@@ -1,0 +1,109 @@
+"""The one place sbx calls the Docker SDK. The SDK is blocking, so every call runs in a worker
+thread under a capacity limiter (a burst of sessions must not spawn a thread per call), and every
+SDK or transport error is translated here into the sbx error tree."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
+
+import anyio
+import docker
+import docker.errors
+import requests.exceptions
+
+from orchestrator.errors import BackendError, BackendUnavailableError, OrchestratorError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# Enough parallel engine calls for 20 sessions working at once; more only queues inside dockerd.
+DEFAULT_MAX_CONCURRENCY = 16
+# Engine calls are local; a minute covers a slow image import without hanging a caller forever.
+DEFAULT_API_TIMEOUT = 60.0
+ENGINE_HINT = "is the Docker engine running, and may this user reach its socket (DOCKER_HOST)?"
+
+
+class NotFoundError(BackendError):
+    """The engine has no such container, exec or image."""
+
+
+@contextlib.contextmanager
+def translate_docker_errors() -> Iterator[None]:
+    """Map every Docker SDK / transport failure onto the sbx error tree, exactly once."""
+    try:
+        yield
+    except OrchestratorError:
+        raise
+    except docker.errors.NotFound as exc:
+        raise NotFoundError(_explain(exc)) from exc
+    except docker.errors.APIError as exc:
+        raise BackendError(f"engine refused: {_explain(exc)}") from exc
+    except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as exc:
+        raise BackendUnavailableError("Docker engine not reachable", hint=ENGINE_HINT) from exc
+    except requests.exceptions.Timeout as exc:
+        raise BackendUnavailableError("Docker engine did not answer in time") from exc
+    except docker.errors.DockerException as exc:
+        if "connection" in str(exc).lower() or "socket" in str(exc).lower():
+            raise BackendUnavailableError("Docker engine not reachable", hint=ENGINE_HINT) from exc
+        raise BackendError(f"docker: {exc}") from exc
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    explanation = getattr(exc, "explanation", None)
+    text = explanation.decode() if isinstance(explanation, bytes) else explanation
+    return str(text or exc)
+
+
+class DockerClient:
+    """Owns one SDK client, created lazily in a worker thread on first use."""
+
+    def __init__(
+        self,
+        *,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        api_timeout: float = DEFAULT_API_TIMEOUT,
+    ) -> None:
+        self._limiter = anyio.CapacityLimiter(max_concurrency)
+        self._api_timeout = api_timeout
+        self._sdk: Any = None
+        self._sdk_lock = threading.Lock()
+
+    @property
+    def docker_host(self) -> str:
+        return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+    def _client(self) -> Any:
+        with self._sdk_lock:
+            if self._sdk is None:
+                self._sdk = docker.DockerClient(
+                    base_url=self.docker_host, version="auto", timeout=int(self._api_timeout)
+                )
+            return self._sdk
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(sdk_client, *args, **kwargs)`` in a thread with errors translated."""
+
+        def invoke() -> T:
+            with translate_docker_errors():
+                return fn(self._client(), *args, **kwargs)
+
+        return await anyio.to_thread.run_sync(invoke, limiter=self._limiter)
+
+    def call_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """The same, for code already running in a worker thread."""
+        with translate_docker_errors():
+            return fn(self._client(), *args, **kwargs)
+
+    async def ping(self) -> None:
+        await self.call(lambda sdk: sdk.ping())
+
+    async def aclose(self) -> None:
+        with self._sdk_lock:
+            sdk, self._sdk = self._sdk, None
+        if sdk is not None:
+            await anyio.to_thread.run_sync(functools.partial(sdk.close), limiter=self._limiter)

@@ -1,0 +1,201 @@
+"""The Docker Engine backend: session containers, execs, archives and stats.
+
+Every SDK call goes through ``DockerClient.call`` (a thread under a limiter, errors translated);
+only the attached exec streams are driven directly, see ``_attach``. A container is removed on
+every path that fails after it was created, so a failed create never leaks one.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import anyio
+
+from orchestrator.backend.base import (
+    SANDBOX_UID,
+    STDERR,
+    ContainerSpec,
+    ContainerState,
+    ExecResult,
+    ExecSpec,
+)
+from orchestrator.backend.docker._attach import AttachedExec
+from orchestrator.backend.docker._client import DockerClient, NotFoundError
+from orchestrator.backend.docker._spec import FIXED_ENV, create_kwargs
+from orchestrator.errors import BackendError, BackendUnavailableError, InvalidArgumentError
+
+# Removing a running container is a SIGKILL plus cleanup; past this the engine is in trouble.
+REMOVE_TIMEOUT = 30.0
+
+
+class DockerBackend:
+    def __init__(self, client: DockerClient | None = None) -> None:
+        self.client = client or DockerClient()
+        self._runtimes: frozenset[str] | None = None
+
+    async def runtimes(self) -> frozenset[str]:
+        if self._runtimes is None:
+            info = await self.client.call(lambda sdk: sdk.info())
+            self._runtimes = frozenset((info.get("Runtimes") or {}).keys())
+        return self._runtimes
+
+    async def create_container(self, spec: ContainerSpec) -> str:
+        """Create and start a session container; on any failure nothing is left behind."""
+        runtime = spec.policy.runtime
+        if runtime is not None and runtime not in await self.runtimes():
+            raise BackendUnavailableError(
+                f"policy {spec.policy.name!r} asks for runtime {runtime!r}, "
+                "which this Docker engine does not have",
+                hint=f"install and register {runtime} with dockerd, or use another policy",
+            )
+        kwargs = create_kwargs(spec)
+        container = await self.client.call(lambda sdk: sdk.containers.create(**kwargs))
+        try:
+            await self.client.call(lambda _sdk: container.start())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.remove_container(container.id)
+            raise
+        return str(container.id)
+
+    async def remove_container(self, container_id: str) -> None:
+        """Force-remove; a container that is already gone is not an error."""
+
+        def remove(sdk: Any) -> None:
+            try:
+                sdk.api.remove_container(container_id, force=True, v=True)
+            except Exception as exc:
+                if getattr(exc, "status_code", None) in (404, 409):
+                    return  # gone already, or removal already in progress
+                raise
+
+        with anyio.fail_after(REMOVE_TIMEOUT):
+            await self.client.call(remove)
+
+    async def container_state(self, container_id: str) -> ContainerState:
+        data = await self.client.call(lambda sdk: sdk.api.inspect_container(container_id))
+        state = data.get("State") or {}
+        return ContainerState(
+            status=str(state.get("Status", "unknown")),
+            running=bool(state.get("Running")),
+            oom_killed=bool(state.get("OOMKilled")),
+            exit_code=state.get("ExitCode") if not state.get("Running") else None,
+            pid=state.get("Pid") or None,
+        )
+
+    async def inspect(self, container_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.client.call(
+            lambda sdk: sdk.api.inspect_container(container_id)
+        )
+        return result
+
+    async def list_containers(self, labels: dict[str, str]) -> list[str]:
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+        found = await self.client.call(
+            lambda sdk: sdk.api.containers(all=True, quiet=True, filters=filters)
+        )
+        return [str(entry["Id"]) for entry in found]
+
+    async def open_exec(self, container_id: str, spec: ExecSpec) -> AttachedExec:
+        _check_exec_spec(spec)
+        env = {**FIXED_ENV, **spec.env}
+        created = await self.client.call(
+            lambda sdk: sdk.api.exec_create(
+                container_id,
+                list(spec.argv),
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=spec.tty,
+                user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+                environment=env,
+                workdir=spec.workdir,
+            )
+        )
+        return await AttachedExec.start(self.client.docker_host, created["Id"], tty=spec.tty)
+
+    async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.client.call(lambda sdk: sdk.api.exec_inspect(exec_id))
+        return result
+
+    async def exec_exit_code(self, exec_id: str) -> int | None:
+        """The exit code once the exec has ended, None while it runs."""
+        info = await self.exec_inspect(exec_id)
+        return None if info.get("Running") else info.get("ExitCode")
+
+    async def exec_resize(self, exec_id: str, *, rows: int, cols: int) -> None:
+        await self.client.call(lambda sdk: sdk.api.exec_resize(exec_id, height=rows, width=cols))
+
+    async def run(
+        self, container_id: str, spec: ExecSpec, *, timeout: float, max_output_bytes: int
+    ) -> ExecResult:
+        """Run to completion with stdin closed; output beyond the cap is counted, not kept."""
+        stream = await self.open_exec(container_id, spec)
+        out, err = bytearray(), bytearray()
+        truncated = timed_out = False
+        try:
+            await stream.send_eof()
+            with anyio.move_on_after(timeout) as scope:
+                while (chunk := await stream.receive()) is not None:
+                    target = err if chunk[0] == STDERR else out
+                    room = max_output_bytes - len(target)
+                    truncated |= len(chunk[1]) > room
+                    target += chunk[1][: max(room, 0)]
+            timed_out = scope.cancelled_caught
+        finally:
+            await stream.aclose()
+        exit_code = None if timed_out else await self._settled_exit_code(stream.exec_id)
+        return ExecResult(exit_code, bytes(out), bytes(err), truncated, timed_out)
+
+    async def _settled_exit_code(self, exec_id: str) -> int | None:
+        # The stream can end a moment before the engine records the exit code.
+        with anyio.move_on_after(5.0):
+            while (code := await self.exec_exit_code(exec_id)) is None:  # noqa: ASYNC110 (no exec-exit event)
+                await anyio.sleep(0.01)
+            return code
+        return None
+
+    async def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
+        ok = await self.client.call(lambda sdk: sdk.api.put_archive(container_id, path, tar_bytes))
+        if not ok:
+            raise BackendError(f"engine refused the archive for {path}")
+
+    async def get_archive(self, container_id: str, path: str, *, max_bytes: int) -> bytes:
+        def fetch(sdk: Any) -> bytes:
+            chunks, _stat = sdk.api.get_archive(container_id, path)
+            buffer = io.BytesIO()
+            for chunk in chunks:
+                buffer.write(chunk)
+                if buffer.tell() > max_bytes:
+                    raise InvalidArgumentError(f"{path} is larger than {max_bytes} bytes")
+            return buffer.getvalue()
+
+        return await self.client.call(fetch)
+
+    async def stats(self, container_id: str) -> dict[str, float]:
+        raw = await self.client.call(
+            lambda sdk: sdk.api.stats(container_id, stream=False, one_shot=True)
+        )
+        memory = raw.get("memory_stats") or {}
+        pids = raw.get("pids_stats") or {}
+        return {
+            "memory_bytes": float(memory.get("usage", 0)),
+            "memory_limit_bytes": float(memory.get("limit", 0)),
+            "pids": float(pids.get("current", 0)),
+        }
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _check_exec_spec(spec: ExecSpec) -> None:
+    if not spec.argv or not all(isinstance(arg, str) and arg for arg in spec.argv[:1]):
+        raise InvalidArgumentError("an exec needs a non-empty argv")
+    if any("\0" in arg for arg in spec.argv):
+        raise InvalidArgumentError("exec arguments must not contain NUL bytes")
+    if not spec.workdir.startswith("/"):
+        raise InvalidArgumentError("exec working directory must be absolute")
+
+
+__all__ = ["DockerBackend", "NotFoundError"]
