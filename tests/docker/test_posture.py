@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,17 @@ async def test_filling_a_tmpfs_fails_with_no_space_inside_the_container(
     reason, files_written = out.split()
     assert reason == "ENOSPC"
     assert int(files_written) <= 8
+
+
+async def test_a_memory_bomb_is_oom_killed_reported_as_such_and_the_container_lives_on(
+    docker_backend: DockerBackend, make_container: ContainerFactory
+) -> None:
+    policy = _tight(load_policy("default"), memory_mb=64)
+    container_id = await make_container(policy)
+    started = time.time()
+    code, _, _ = await run_python(docker_backend, container_id, "b = b'x' * (256 * 1024 * 1024)")
+    assert code == 137  # SIGKILL
+    assert await docker_backend.oom_kills(container_id, since=started - 1, until=time.time()) >= 1
+    assert (await docker_backend.container_state(container_id)).running
+    code, out, _ = await run_python(docker_backend, container_id, "print('alive')")
+    assert (code, out.strip()) == (0, "alive")

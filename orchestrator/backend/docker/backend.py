@@ -145,16 +145,34 @@ class DockerBackend:
             timed_out = scope.cancelled_caught
         finally:
             await stream.aclose()
-        exit_code = None if timed_out else await self._settled_exit_code(stream.exec_id)
+        exit_code = None if timed_out else await self.wait_exec_exit(stream.exec_id, timeout=5.0)
         return ExecResult(exit_code, bytes(out), bytes(err), truncated, timed_out)
 
-    async def _settled_exit_code(self, exec_id: str) -> int | None:
+    async def wait_exec_exit(self, exec_id: str, *, timeout: float) -> int | None:
+        """The exit code of an exec whose stream has ended; None if it is still running."""
         # The stream can end a moment before the engine records the exit code.
-        with anyio.move_on_after(5.0):
+        with anyio.move_on_after(timeout):
             while (code := await self.exec_exit_code(exec_id)) is None:  # noqa: ASYNC110 (no exec-exit event)
                 await anyio.sleep(0.01)
             return code
         return None
+
+    async def oom_kills(self, container_id: str, *, since: float, until: float) -> int:
+        """How many OOM kills the engine saw in the container between two wall-clock times."""
+
+        def count(sdk: Any) -> int:
+            events = sdk.api.events(
+                since=f"{since:.9f}",
+                until=f"{until:.9f}",
+                filters={"container": container_id, "event": "oom"},
+                decode=True,
+            )
+            try:
+                return sum(1 for _ in events)
+            finally:
+                events.close()
+
+        return await self.client.call(count)
 
     async def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
         ok = await self.client.call(lambda sdk: sdk.api.put_archive(container_id, path, tar_bytes))

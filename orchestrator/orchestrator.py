@@ -1,0 +1,236 @@
+"""The Orchestrator: sessions, who owns them, and the python_repl operations on them.
+
+Invariants: a session id is visible only to its tenant, and an unknown id and another tenant's id
+raise the same ``SessionNotFoundError``; a session is created whole (container and ready worker)
+or not at all; ``aclose`` removes every container this orchestrator created, shielded and bounded.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+
+from orchestrator.arguments import (
+    check_code,
+    check_max_tokens,
+    check_session_id,
+    check_timeout,
+    check_variable,
+)
+from orchestrator.backend.base import ContainerSpec
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import QuotaExceededError, SessionNotFoundError
+from orchestrator.history import CodeHistory
+from orchestrator.policy import Policy, load_policy
+from orchestrator.protocol import InspectReply, ListVariablesReply
+from orchestrator.repl import ExecuteOutcome, Repl
+from orchestrator.sessions import Session, new_session_id
+
+# Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
+SHUTDOWN_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrchestratorConfig:
+    default_policy: str = "default"
+    policy_dirs: tuple[Path, ...] = ()
+    image: str | None = None
+    orchestrator_id: str = field(default_factory=lambda: f"sbx-{secrets.token_hex(6)}")
+    tenant: str = "local"
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    busy_timeout: float = 30.0
+    max_sessions: int = 100
+
+
+class ExecuteResult(ExecuteOutcome):
+    session_id: str
+    created_new_session: bool
+
+
+class Orchestrator:
+    def __init__(
+        self, config: OrchestratorConfig | None = None, *, backend: DockerBackend | None = None
+    ) -> None:
+        self.config = config or OrchestratorConfig()
+        self.backend = backend or DockerBackend()
+        self._image = self.config.image
+        self._sessions: dict[str, Session] = {}
+        self._creating = 0
+        self._policies: dict[str, Policy] = {}
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        await self.backend.client.ping()
+        self.policy(self.config.default_policy)
+        if self._image is None:
+            from orchestrator.images import ensure_worker_image
+
+            self._image = (await ensure_worker_image(self.backend.client)).tag
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
+            sessions, self._sessions = list(self._sessions.values()), {}
+            async with anyio.create_task_group() as tg:
+                for session in sessions:
+                    tg.start_soon(session.aclose, self.backend)
+
+    def policy(self, name: str | None) -> Policy:
+        name = name or self.config.default_policy
+        if name not in self._policies:
+            self._policies[name] = load_policy(name, search_dirs=self.config.policy_dirs)
+        return self._policies[name]
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def create_session(
+        self, *, policy: str | None = None, tenant: str | None = None
+    ) -> Session:
+        tenant = tenant or self.config.tenant
+        effective = self.policy(policy)
+        self._reserve(tenant, effective)
+        try:
+            return await self._build_session(tenant, effective)
+        finally:
+            self._creating -= 1
+
+    def _reserve(self, tenant: str, policy: Policy) -> None:
+        if len(self._sessions) + self._creating >= self.config.max_sessions:
+            raise QuotaExceededError(f"max_sessions: {self.config.max_sessions} sessions exist")
+        owned = sum(1 for s in self._sessions.values() if s.tenant == tenant)
+        if owned >= policy.limits.max_sessions_per_owner:
+            limit = policy.limits.max_sessions_per_owner
+            raise QuotaExceededError(f"max_sessions_per_owner: {limit} sessions already open")
+        self._creating += 1
+
+    async def _build_session(self, tenant: str, policy: Policy) -> Session:
+        assert self._image is not None, "start() the orchestrator first"
+        session_id = new_session_id()
+        spec = ContainerSpec(
+            image=self._image,
+            policy=policy,
+            session_id=session_id,
+            tenant=tenant,
+            orchestrator_id=self.config.orchestrator_id,
+            extra_labels=self.config.extra_labels,
+        )
+        container_id = await self.backend.create_container(spec)
+        repl = Repl(self.backend, container_id, policy)
+        try:
+            await repl.start()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await repl.aclose()
+                await self.backend.remove_container(container_id)
+            raise
+        session = Session(
+            id=session_id,
+            tenant=tenant,
+            policy=policy,
+            container_id=container_id,
+            repl=repl,
+            history=CodeHistory(policy.python.max_history),
+        )
+        self._sessions[session_id] = session
+        return session
+
+    def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
+        """The caller's session; unknown and not-yours are indistinguishable."""
+        check_session_id(session_id)
+        session = self._sessions.get(session_id)
+        if session is None or session.tenant != (tenant or self.config.tenant):
+            raise SessionNotFoundError(f"session not found: {session_id}")
+        return session
+
+    async def destroy(self, session_id: str, *, tenant: str | None = None) -> None:
+        session = self.session(session_id, tenant=tenant)
+        self._sessions.pop(session.id, None)
+        await session.aclose(self.backend)
+
+    def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        tenant = tenant or self.config.tenant
+        return [
+            {
+                "session_id": s.id,
+                "policy": s.policy.name,
+                "created_at": s.created_at.isoformat(),
+                "idle_seconds": round(s.idle_seconds, 3),
+                "commands_count": s.history.count,
+            }
+            for s in self._sessions.values()
+            if s.tenant == tenant
+        ]
+
+    # -- python_repl ----------------------------------------------------------------------
+
+    async def execute(
+        self,
+        code: Any,
+        *,
+        session_id: Any = None,
+        timeout_s: Any = None,
+        policy: str | None = None,
+        tenant: str | None = None,
+    ) -> ExecuteResult:
+        check_code(code)
+        created = session_id is None
+        if created:
+            check_timeout(timeout_s, self.policy(policy))
+            session = await self.create_session(policy=policy, tenant=tenant)
+        else:
+            session = self.session(session_id, tenant=tenant)
+        timeout = check_timeout(timeout_s, session.policy)
+        async with session.turn(busy_timeout=self.config.busy_timeout):
+            outcome = await session.repl.execute(code, timeout=timeout)
+        output = outcome.stdout + outcome.stderr
+        if not outcome.success:
+            output += f"{outcome.error_type}: {outcome.error_message}"
+        session.history.record(code, success=outcome.success, output=output)
+        return ExecuteResult(
+            **outcome.model_dump(), session_id=session.id, created_new_session=created
+        )
+
+    async def reset(self, session_id: Any, *, tenant: str | None = None) -> None:
+        session = self.session(session_id, tenant=tenant)
+        async with session.turn(busy_timeout=self.config.busy_timeout):
+            await session.repl.reset()
+            session.history.clear()
+
+    async def list_variables(
+        self, session_id: Any, *, tenant: str | None = None
+    ) -> ListVariablesReply:
+        session = self.session(session_id, tenant=tenant)
+        async with session.turn(busy_timeout=self.config.busy_timeout):
+            return await session.repl.list_variables()
+
+    async def inspect(
+        self, session_id: Any, variable_name: Any, *, tenant: str | None = None
+    ) -> InspectReply:
+        check_variable(variable_name)
+        session = self.session(session_id, tenant=tenant)
+        async with session.turn(busy_timeout=self.config.busy_timeout):
+            return await session.repl.inspect(variable_name)
+
+    def history(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, object]]:
+        return [e.to_dict() for e in self.session(session_id, tenant=tenant).history.entries]
+
+    def history_context(
+        self, session_id: Any, max_tokens: Any = 50_000, *, tenant: str | None = None
+    ) -> str:
+        check_max_tokens(max_tokens)
+        return self.session(session_id, tenant=tenant).history.context(max_tokens)

@@ -1,0 +1,217 @@
+"""The python_repl side of a session: one worker at a time, with timeouts that tell the truth.
+
+A timeout first interrupts the worker (SIGINT); if it answers within the kill grace its state is
+kept (``state_reset: false``), otherwise it is SIGKILLed and replaced (``state_reset: true``). A
+worker that dies or breaks the protocol costs its state and nothing else; the next request gets a
+fresh worker and is told so. Callers serialise requests (the session lock).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import BackendError, ProcessCrashedError
+from orchestrator.policy import Policy
+from orchestrator.protocol import (
+    ExecuteReply,
+    InspectReply,
+    ListVariablesReply,
+    ProtocolViolation,
+    Reply,
+    payload,
+)
+from orchestrator.worker_process import WorkerExited, WorkerProcess
+
+# Room around the policy's reply cap for JSON framing and the fixed fields.
+FRAME_SLACK_BYTES = 64 * 1024
+# Introspection replies are small and fast; a worker that needs longer is stuck.
+QUICK_OP_TIMEOUT = 10.0
+
+
+class ExecuteOutcome(BaseModel):
+    """What one ``execute`` did, before the session adds its identity."""
+
+    model_config = ConfigDict(frozen=True)
+
+    success: bool
+    stdout: str = ""
+    stderr: str = ""
+    result_repr: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    violations: list[str] = []
+    execution_time_ms: float = 0.0
+    cpu_time_ms: float = 0.0
+    peak_memory_mb: float = 0.0
+    timed_out: bool = False
+    state_reset: bool = False
+    truncated: bool = False
+
+
+def worker_config(policy: Policy) -> dict[str, Any]:
+    python = policy.python
+    return {
+        "mode": python.mode,
+        "allowed_modules": list(python.allowed_modules),
+        "forbidden_modules": list(python.forbidden_modules),
+        "forbidden_builtins": list(python.forbidden_builtins),
+        "max_code_bytes": python.max_code_bytes,
+        "max_stream_bytes": policy.output.max_stream_bytes,
+        "max_reply_bytes": policy.output.max_reply_bytes,
+        "max_repr_chars": policy.output.max_stream_bytes,
+    }
+
+
+class Repl:
+    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+        self._backend = backend
+        self._container_id = container_id
+        self._policy = policy
+        self._worker: WorkerProcess | None = None
+        # True once a worker with user state was lost; reported by the next execute.
+        self._state_lost = False
+
+    async def start(self) -> None:
+        await self._ensure_worker()
+
+    async def _ensure_worker(self) -> WorkerProcess:
+        if self._worker is None or not self._worker.alive:
+            self._worker = await WorkerProcess.start(
+                self._backend,
+                self._container_id,
+                worker_config(self._policy),
+                max_frame=self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES,
+            )
+        return self._worker
+
+    async def execute(self, code: str, *, timeout: float) -> ExecuteOutcome:
+        limit = self._policy.python.max_code_bytes
+        if len(code.encode("utf-8", "surrogatepass")) > limit:
+            return _validation_failure(f"code is longer than the policy's {limit} bytes")
+        worker = await self._ensure_worker()
+        state_reset, self._state_lost = self._state_lost, False
+        started = time.time()
+        try:
+            request_id = await worker.send("execute", code=code)
+            with anyio.move_on_after(timeout):
+                reply = await worker.receive_reply(request_id)
+                return _outcome(reply, state_reset=state_reset)
+            return await self._interrupt(worker, request_id, state_reset=state_reset)
+        except WorkerExited:
+            return await self._crashed(worker, started)
+        except ProtocolViolation as exc:
+            await self._discard(worker)
+            return _crash_outcome(f"the worker broke the protocol: {exc}")
+
+    async def _interrupt(
+        self, worker: WorkerProcess, request_id: str, *, state_reset: bool
+    ) -> ExecuteOutcome:
+        """SIGINT, then a bounded wait for the worker to answer; else SIGKILL and a new worker."""
+        grace = self._policy.timeouts.kill_grace_s
+        try:
+            await worker.signal("INT")
+            with anyio.move_on_after(grace):
+                reply = await worker.receive_reply(request_id)
+                kept = _outcome(reply, state_reset=state_reset)
+                return kept.model_copy(update=_timed_out_fields(state_reset=state_reset))
+        except (WorkerExited, ProtocolViolation, BackendError):
+            pass
+        await self._discard(worker)
+        return ExecuteOutcome(success=False, **_timed_out_fields(state_reset=True))
+
+    async def _crashed(self, worker: WorkerProcess, started: float) -> ExecuteOutcome:
+        await self._discard(worker)
+        cause = await self._crash_cause(worker, started)
+        return _crash_outcome(cause)
+
+    async def _crash_cause(self, worker: WorkerProcess, started: float) -> str:
+        code = await worker.exit_code()
+        # The engine records the OOM event a moment after the process dies.
+        oom = await self._backend.oom_kills(
+            self._container_id, since=started - 1, until=time.time() + 0.2
+        )
+        if oom:
+            return f"OOM: killed for exceeding {self._policy.resources.memory_mb} MiB of memory"
+        if code is not None and code > 128:
+            try:
+                return f"killed by {signal.Signals(code - 128).name}"
+            except ValueError:
+                return f"exited with status {code}"
+        if code is not None:
+            return f"exited with status {code}"
+        return "the worker's stream ended"
+
+    async def _discard(self, worker: WorkerProcess) -> None:
+        self._state_lost = True
+        await worker.kill()
+
+    async def _quick(self, op: str, **args: Any) -> Reply:
+        worker = await self._ensure_worker()
+        try:
+            with anyio.fail_after(QUICK_OP_TIMEOUT):
+                reply = await worker.request(op, **args)
+        except (WorkerExited, ProtocolViolation, TimeoutError) as exc:
+            await self._discard(worker)
+            raise ProcessCrashedError(f"the worker failed during {op}", cause=str(exc)) from exc
+        if not reply.ok:
+            raise ProcessCrashedError(f"the worker refused {op}", cause=str(reply.error_message))
+        return reply
+
+    async def list_variables(self) -> ListVariablesReply:
+        return payload(await self._quick("list_variables"), ListVariablesReply)
+
+    async def inspect(self, name: str) -> InspectReply:
+        return payload(await self._quick("inspect", name=name), InspectReply)
+
+    async def reset(self) -> None:
+        """A fresh worker: nothing of the old interpreter survives, not even imported modules."""
+        if self._worker is not None:
+            await self._worker.kill()
+        self._worker = None
+        self._state_lost = False
+        await self._ensure_worker()
+
+    async def aclose(self) -> None:
+        if self._worker is not None:
+            await self._worker.kill()
+            self._worker = None
+
+
+def _outcome(reply: Reply, *, state_reset: bool) -> ExecuteOutcome:
+    if not reply.ok:
+        raise ProtocolViolation(f"worker refused execute: {reply.error_message}")
+    data = payload(reply, ExecuteReply)
+    return ExecuteOutcome(**data.model_dump(exclude={"interrupted"}), state_reset=state_reset)
+
+
+def _timed_out_fields(*, state_reset: bool) -> dict[str, Any]:
+    kept = "state kept" if not state_reset else "worker restarted, state lost"
+    return {
+        "success": False,
+        "timed_out": True,
+        "state_reset": state_reset,
+        "error_type": "timeout",
+        "error_message": f"execution timed out ({kept})",
+    }
+
+
+def _crash_outcome(cause: str) -> ExecuteOutcome:
+    return ExecuteOutcome(
+        success=False,
+        error_type="process_crashed",
+        error_message=f"the Python worker crashed: {cause}",
+        state_reset=True,
+    )
+
+
+def _validation_failure(reason: str) -> ExecuteOutcome:
+    return ExecuteOutcome(
+        success=False, error_type="validation", error_message=reason, violations=[reason]
+    )

@@ -1,0 +1,70 @@
+"""A session: one container and everything that runs in it, owned by one tenant.
+
+Invariant: work on a session is serialised by ``lock``; a caller that cannot get it within the
+busy timeout gets ``busy`` instead of interleaving with the call in progress.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import anyio
+
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import BusyError
+from orchestrator.history import CodeHistory
+from orchestrator.policy import Policy
+from orchestrator.repl import Repl
+
+# 128 bits of randomness: ids are bearer-like, never guessable.
+SESSION_ID_BYTES = 16
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(SESSION_ID_BYTES)
+
+
+@dataclass(eq=False, kw_only=True)
+class Session:
+    id: str
+    tenant: str
+    policy: Policy
+    container_id: str
+    repl: Repl
+    history: CodeHistory
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    last_active: float = field(default_factory=time.monotonic)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    closed: bool = False
+
+    @asynccontextmanager
+    async def turn(self, *, busy_timeout: float) -> AsyncIterator[None]:
+        """Hold the session for one call; ``busy`` if another call keeps it past the timeout."""
+        acquired = False
+        with anyio.move_on_after(busy_timeout):
+            await self.lock.acquire()
+            acquired = True
+        if not acquired:
+            raise BusyError(f"session {self.id} is busy with another call")
+        try:
+            self.last_active = time.monotonic()
+            yield
+        finally:
+            self.last_active = time.monotonic()
+            self.lock.release()
+
+    @property
+    def idle_seconds(self) -> float:
+        return time.monotonic() - self.last_active
+
+    async def aclose(self, backend: DockerBackend) -> None:
+        """Stop the worker and remove the container; shielded so teardown always completes."""
+        with anyio.CancelScope(shield=True):
+            self.closed = True
+            await self.repl.aclose()
+            await backend.remove_container(self.container_id)

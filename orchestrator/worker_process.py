@@ -1,0 +1,146 @@
+"""One REPL worker as the orchestrator sees it: a long-lived exec in a session container, spoken to
+in lockstep (one request, then its one reply) over the attached stream.
+
+Invariants: the caller serialises requests (the session lock); every frame is decoded through
+``protocol`` and anything unexpected raises ``ProtocolViolation``, after which the caller kills the
+worker; reading is cancel-safe (partial frames stay buffered), so a timed-out wait can be resumed
+after an interrupt; the worker's own stderr is kept only as a bounded tail for diagnostics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from orchestrator.backend.base import STDOUT, ExecSpec, ExecStream
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.protocol import (
+    PROTOCOL_VERSION,
+    FatalFrame,
+    LineBuffer,
+    ProtocolViolation,
+    ReadyFrame,
+    Reply,
+    decode_frame,
+    encode_request,
+)
+
+WORKER_ARGV = ("python3", "-I", "/opt/sbx/worker/repl_worker.py")
+# A cold interpreter in a fresh container is ready in well under a second; ten covers a loaded host.
+READY_TIMEOUT = 10.0
+# Signals go through a short exec of their own; the engine answers that in ~60 ms.
+SIGNAL_TIMEOUT = 10.0
+STDERR_TAIL_BYTES = 4096
+
+
+class WorkerExited(Exception):
+    """The worker's stream ended: the process is gone."""
+
+
+class WorkerProcess:
+    def __init__(
+        self, backend: DockerBackend, container_id: str, stream: ExecStream, max_frame: int
+    ) -> None:
+        self._backend = backend
+        self._container_id = container_id
+        self._stream = stream
+        self._lines = LineBuffer(max_frame)
+        self._pending: list[bytes] = []
+        self._stderr_tail = b""
+        self._ids = itertools.count(1)
+        self.pid = 0
+        self.alive = True
+
+    @property
+    def exec_id(self) -> str:
+        return self._stream.exec_id
+
+    @property
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode("utf-8", "replace")
+
+    @classmethod
+    async def start(
+        cls,
+        backend: DockerBackend,
+        container_id: str,
+        config: Mapping[str, Any],
+        *,
+        max_frame: int,
+        argv: Sequence[str] = WORKER_ARGV,
+    ) -> WorkerProcess:
+        spec = ExecSpec(argv=argv, env={"SBX_WORKER_CONFIG": json.dumps(config)})
+        stream = await backend.open_exec(container_id, spec)
+        worker = cls(backend, container_id, stream, max_frame)
+        try:
+            with anyio.fail_after(READY_TIMEOUT):
+                frame = await worker._next_frame()
+            if isinstance(frame, FatalFrame):
+                raise ProtocolViolation(f"worker refused to start: {frame.error_message}")
+            if not isinstance(frame, ReadyFrame) or frame.protocol != PROTOCOL_VERSION:
+                raise ProtocolViolation(f"expected a ready frame, got {frame!r:.200}")
+            worker.pid = frame.pid
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await worker.kill()
+            raise
+        return worker
+
+    async def send(self, op: str, **args: Any) -> str:
+        """Send a request; returns its id for ``receive_reply``."""
+        request_id = f"r{next(self._ids)}"
+        try:
+            await self._stream.send(encode_request(request_id, op, **args))
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self.alive = False
+            raise WorkerExited("the worker's stdin is closed") from exc
+        return request_id
+
+    async def receive_reply(self, request_id: str) -> Reply:
+        """The reply to ``request_id``; any other frame is a protocol violation."""
+        frame = await self._next_frame()
+        if not isinstance(frame, Reply):
+            raise ProtocolViolation(f"expected a reply, got a {type(frame).__name__}")
+        if frame.id != request_id:
+            raise ProtocolViolation(f"reply for {frame.id!r} while waiting for {request_id!r}")
+        return frame
+
+    async def request(self, op: str, **args: Any) -> Reply:
+        return await self.receive_reply(await self.send(op, **args))
+
+    async def _next_frame(self) -> ReadyFrame | FatalFrame | Reply:
+        while not self._pending:
+            chunk = await self._stream.receive()
+            if chunk is None:
+                self.alive = False
+                raise WorkerExited("the worker's output ended")
+            stream, data = chunk
+            if stream == STDOUT:
+                self._pending.extend(self._lines.feed(data))
+            else:
+                self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL_BYTES:]
+        return decode_frame(self._pending.pop(0))
+
+    async def signal(self, name: str) -> None:
+        """Deliver a signal (``INT``, ``KILL``) to the worker inside its container."""
+        if not self.pid:
+            return
+        argv = ["/bin/sh", "-c", 'kill -s "$1" "$2"', "sh", name, str(self.pid)]
+        await self._backend.run(
+            self._container_id, ExecSpec(argv=argv), timeout=SIGNAL_TIMEOUT, max_output_bytes=4096
+        )
+
+    async def kill(self) -> None:
+        """SIGKILL the worker and release its stream; safe to call more than once."""
+        with anyio.CancelScope(shield=True):
+            if self.alive and self.pid:
+                await self.signal("KILL")
+            self.alive = False
+            await self._stream.aclose()
+
+    async def exit_code(self) -> int | None:
+        return await self._backend.wait_exec_exit(self.exec_id, timeout=5.0)

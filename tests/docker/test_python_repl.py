@@ -1,0 +1,277 @@
+"""python_repl through the public Python API, against real containers: seed 000's self-test and
+the behaviours of issue 3 (validation, timeouts, crashes, concurrency, output)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from orchestrator.errors import BusyError, InvalidArgumentError, SessionNotFoundError
+from orchestrator.images import ImageBuildResult
+from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
+from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+
+def config(image: str, **overrides: object) -> OrchestratorConfig:
+    settings: dict[str, object] = {
+        "image": image,
+        "orchestrator_id": TEST_ORCHESTRATOR_ID,
+        "extra_labels": {TEST_RUN_LABEL: RUN_ID},
+    }
+    settings.update(overrides)
+    return OrchestratorConfig(**settings)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def orch(worker_image: ImageBuildResult) -> AsyncIterator[Orchestrator]:
+    async with Orchestrator(config(worker_image.tag)) as orchestrator:
+        yield orchestrator
+
+
+async def test_the_seed_self_test_passes(orch: Orchestrator) -> None:
+    first = await orch.execute("x = 42\nprint(x)")
+    assert first.success and first.created_new_session and first.stdout == "42\n"
+    sid = first.session_id
+
+    assert (await orch.execute("print(x * 2)", session_id=sid)).stdout == "84\n"
+    assert (await orch.execute("def square(n): return n ** 2", session_id=sid)).success
+    assert (await orch.execute("print(square(7))", session_id=sid)).stdout == "49\n"
+    pi = await orch.execute("import math\nprint(math.pi)", session_id=sid)
+    assert pi.success and pi.stdout.startswith("3.14")
+    blocked = await orch.execute("import os", session_id=sid)
+    assert not blocked.success and blocked.error_type == "import_blocked"
+
+    names = {v.name for v in (await orch.list_variables(sid)).variables}
+    assert {"x", "square"} <= names
+    info = await orch.inspect(sid, "x")
+    assert info.found and info.type == "int" and info.repr == "42"
+    assert len(orch.history(sid)) >= 4
+    assert any(s["session_id"] == sid for s in orch.list_sessions())
+
+    await orch.reset(sid)
+    after_reset = await orch.execute("print(x)", session_id=sid)
+    assert not after_reset.success and after_reset.error_type == "NameError"
+
+    division = await orch.execute("1 / 0", session_id=sid)
+    assert division.error_type == "ZeroDivisionError"
+    syntax = await orch.execute("this is not valid python syntax", session_id=sid)
+    assert syntax.error_type == "SyntaxError"
+
+    for escape in (
+        "__import__('os').system('echo pwned')",
+        "open('/etc/passwd').read()",
+        "eval('1+1')",
+        "().__class__.__bases__[0].__subclasses__()",
+    ):
+        result = await orch.execute(escape, session_id=sid)
+        assert not result.success, escape
+        assert result.error_type in ("validation", "import_blocked"), escape
+
+    with pytest.raises(SessionNotFoundError):
+        await orch.execute("print(1)", session_id="nonexistent_session_id")
+    await orch.destroy(sid)
+    with pytest.raises(SessionNotFoundError):
+        await orch.execute("print(1)", session_id=sid)
+
+
+async def test_a_final_expression_gives_its_repr_and_metrics_are_reported(
+    orch: Orchestrator,
+) -> None:
+    result = await orch.execute("[i * i for i in range(4)]")
+    assert result.result_repr == "[0, 1, 4, 9]"
+    assert result.execution_time_ms >= 0
+    assert result.cpu_time_ms >= 0
+    assert result.peak_memory_mb > 0
+    big = await orch.execute("b = bytearray(64 * 1024 * 1024)", session_id=result.session_id)
+    assert big.peak_memory_mb >= 60
+
+
+async def test_bad_arguments_are_refused_before_anything_runs(orch: Orchestrator) -> None:
+    for code in ("", "   ", None, 42):
+        with pytest.raises(InvalidArgumentError):
+            await orch.execute(code)
+    for timeout in (0, -1, float("nan"), 10**9, "5", True):
+        with pytest.raises(InvalidArgumentError):
+            await orch.execute("1", timeout_s=timeout)
+    assert orch.list_sessions() == []
+    with pytest.raises(InvalidArgumentError):
+        await orch.inspect("a" * 32, "not an identifier")
+
+
+async def test_another_tenants_session_answers_exactly_like_an_unknown_one(
+    orch: Orchestrator,
+) -> None:
+    mine = await orch.execute("secret = 1", tenant="alice")
+    with pytest.raises(SessionNotFoundError) as other:
+        await orch.execute("print(secret)", session_id=mine.session_id, tenant="bob")
+    with pytest.raises(SessionNotFoundError) as unknown:
+        await orch.execute("print(secret)", session_id="f" * 32, tenant="bob")
+    assert str(other.value).replace(mine.session_id, "ID") == str(unknown.value).replace(
+        "f" * 32, "ID"
+    )
+    assert orch.list_sessions(tenant="bob") == []
+
+
+async def test_pathological_code_gets_a_validation_error_and_the_session_survives(
+    orch: Orchestrator,
+) -> None:
+    sid = (await orch.execute("alive = True")).session_id
+    for code in (
+        "(" * 5000 + ")" * 5000,
+        "x = " + "[" * 3000 + "]" * 3000,
+        "-" * 100_000 + "1",
+        "a = 1\0",
+        "s = '\ud800'",
+        "x = 1\n" * 200_000,
+    ):
+        result = await orch.execute(code, session_id=sid)
+        assert not result.success
+        assert result.error_type in ("validation", "SyntaxError"), result
+    still = await orch.execute("print(alive)", session_id=sid)
+    assert still.stdout == "True\n" and not still.state_reset
+
+
+async def test_a_timeout_interrupts_and_keeps_state_when_the_code_yields(
+    orch: Orchestrator,
+) -> None:
+    sid = (await orch.execute("kept = 'yes'")).session_id
+    result = await orch.execute("while True: pass", session_id=sid, timeout_s=1)
+    assert result.timed_out and not result.state_reset and result.error_type == "timeout"
+    after = await orch.execute("print(kept)", session_id=sid)
+    assert after.stdout == "yes\n" and not after.state_reset
+
+
+async def test_a_timeout_kills_and_restarts_when_keyboard_interrupt_is_swallowed(
+    orch: Orchestrator,
+) -> None:
+    sid = (await orch.execute("kept = 1")).session_id
+    code = "while True:\n    try:\n        while True: pass\n    except KeyboardInterrupt:\n        pass"
+    with anyio.fail_after(1 + 2 + 10):  # timeout + kill grace + a fresh worker
+        result = await orch.execute(code, session_id=sid, timeout_s=1)
+    assert result.timed_out and result.state_reset
+    after = await orch.execute("kept", session_id=sid)
+    assert after.error_type == "NameError" and after.state_reset
+
+
+async def test_a_timeout_ends_a_c_call_that_holds_the_gil(orch: Orchestrator) -> None:
+    sid = (await orch.execute("import re")).session_id
+    with anyio.fail_after(15):
+        result = await orch.execute(
+            "re.match('(a+)+$', 'a' * 40 + 'b')", session_id=sid, timeout_s=1
+        )
+    assert result.timed_out and result.state_reset
+    assert (await orch.execute("1 + 1", session_id=sid)).result_repr == "2"
+
+
+async def test_a_handler_that_ignores_sigint_still_ends_within_timeout_and_grace(
+    orch: Orchestrator,
+) -> None:
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"
+    with anyio.fail_after(15):
+        result = await orch.execute(code, policy="unrestricted-python", timeout_s=1)
+    assert result.timed_out and result.state_reset
+
+
+@pytest.mark.parametrize(
+    ("code", "cause"),
+    [
+        ("import os\nos._exit(3)", "exited with status 3"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+        ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+        ("hog = b'x' * (900 * 1024 * 1024)", "OOM"),
+    ],
+    ids=["exit", "sigkill", "segfault", "oom"],
+)
+async def test_a_dead_worker_is_reported_with_its_cause_and_replaced(
+    orch: Orchestrator, code: str, cause: str
+) -> None:
+    sid = (await orch.execute("kept = 1", policy="unrestricted-python")).session_id
+    with anyio.fail_after(30):
+        crashed = await orch.execute(code, session_id=sid)
+    assert crashed.error_type == "process_crashed" and crashed.state_reset
+    assert cause in (crashed.error_message or "")
+    after = await orch.execute("print('fresh')", session_id=sid)
+    assert after.success and after.stdout == "fresh\n" and after.state_reset
+    assert (await orch.execute("'again'", session_id=sid)).state_reset is False
+
+
+async def test_output_from_print_c_code_and_children_lands_in_the_request(
+    orch: Orchestrator,
+) -> None:
+    code = (
+        "import os, subprocess, sys\n"
+        "print('from print')\n"
+        "os.write(1, b'from fd 1\\n')\n"
+        "subprocess.run(['echo', 'from a child'])\n"
+        "print('to stderr', file=sys.stderr)"
+    )
+    result = await orch.execute(code, policy="unrestricted-python")
+    assert result.stdout == "from print\nfrom fd 1\nfrom a child\n"
+    assert result.stderr == "to stderr\n"
+
+
+async def test_an_output_flood_is_truncated_and_the_session_keeps_working(
+    orch: Orchestrator,
+) -> None:
+    result = await orch.execute("for i in range(200000): print('x' * 100)", timeout_s=60)
+    limit = orch.policy("default").output.max_stream_bytes
+    assert result.truncated and len(result.stdout.encode()) <= limit
+    assert (await orch.execute("6 * 7", session_id=result.session_id)).result_repr == "42"
+
+
+async def test_two_calls_on_one_session_never_interleave(worker_image: ImageBuildResult) -> None:
+    async with Orchestrator(config(worker_image.tag, busy_timeout=0.5)) as orch:
+        sid = (await orch.execute("n = 0")).session_id
+        outcomes: list[object] = []
+
+        async def slow() -> None:
+            outcomes.append(
+                await orch.execute("import time\ntime.sleep(2)\nn += 1", session_id=sid)
+            )
+
+        async def second() -> None:
+            await anyio.sleep(0.3)
+            try:
+                await orch.execute("n += 100", session_id=sid)
+            except BusyError as exc:
+                outcomes.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            tg.start_soon(second)
+        assert any(isinstance(o, BusyError) for o in outcomes)
+        assert (await orch.execute("n", session_id=sid)).result_repr == "1"
+
+
+async def test_twenty_sessions_executing_at_once_each_get_their_own_answer(
+    orch: Orchestrator,
+) -> None:
+    results: dict[int, str | None] = {}
+
+    async def one(i: int) -> None:
+        first = await orch.execute(f"mine = {i}", tenant=f"t{i}")
+        result = await orch.execute("mine * 1000", session_id=first.session_id, tenant=f"t{i}")
+        results[i] = result.result_repr
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i)
+    assert results == {i: str(i * 1000) for i in range(20)}
+
+
+async def test_history_context_keeps_recent_cells_whole_within_the_budget(
+    orch: Orchestrator,
+) -> None:
+    sid = (await orch.execute("a = 1")).session_id
+    for i in range(10):
+        await orch.execute(f"print('cell {i}')", session_id=sid)
+    context = orch.history_context(sid, 2000)
+    assert "cell 9" in context and "```python" in context
+    assert len(context) <= 2000 * 4
+    small = orch.history_context(sid, 30)
+    assert len(small) <= 120
