@@ -149,7 +149,13 @@ async def test_a_timeout_kills_and_restarts_when_keyboard_interrupt_is_swallowed
     orch: Orchestrator,
 ) -> None:
     sid = (await orch.execute("kept = 1")).session_id
-    code = "while True:\n    try:\n        while True: pass\n    except KeyboardInterrupt:\n        pass"
+    code = (
+        "while True:\n"
+        "    try:\n"
+        "        while True: pass\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass"
+    )
     with anyio.fail_after(1 + 2 + 10):  # timeout + kill grace + a fresh worker
         result = await orch.execute(code, session_id=sid, timeout_s=1)
     assert result.timed_out and result.state_reset
