@@ -79,7 +79,8 @@ class ListVariablesReply(_Frame):
 class InspectReply(_Frame):
     found: bool
     name: str = Field(max_length=256)
-    type: str | None = Field(default=None, max_length=256)
+    # On the wire ``type`` names the frame, so the variable's type travels as ``type_name``.
+    type: str | None = Field(default=None, max_length=256, validation_alias="type_name")
     repr: str | None = None
     length: int | None = None
     doc: str | None = None

@@ -124,7 +124,7 @@ class Repl:
         except (WorkerExited, ProtocolViolation, BackendError):
             pass
         await self._discard(worker)
-        return ExecuteOutcome(success=False, **_timed_out_fields(state_reset=True))
+        return ExecuteOutcome(**_timed_out_fields(state_reset=True))
 
     async def _crashed(self, worker: WorkerProcess, started: float) -> ExecuteOutcome:
         await self._discard(worker)
