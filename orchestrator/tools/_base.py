@@ -1,0 +1,138 @@
+"""The tool layer's machinery: a tool is a set of operations, each with a strict argument model
+and a handler; ``call_tool`` validates, dispatches and shapes one call. Every interface (MCP, HTTP,
+CLI, Python) goes through here, so a wrong argument gets the same ``error_type`` everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import InvalidArgumentError, OrchestratorError
+
+if TYPE_CHECKING:
+    from orchestrator.orchestrator import Orchestrator
+
+log = logging.getLogger(__name__)
+
+
+class ToolArgs(BaseModel):
+    """Arguments of one operation: unknown keys refused, no type coercion ("5" is not 5)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Fields = dict[str, Any]
+Handler = Callable[["Orchestrator", str | None, Any], Awaitable[Fields]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    description: str
+    args: type[ToolArgs]
+    handler: Handler
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    operations: Mapping[str, Operation]
+
+    def input_schema(self) -> dict[str, Any]:
+        """One JSON schema for the tool: ``operation`` as an enum, every argument described."""
+        properties: dict[str, Any] = {
+            "operation": {
+                "type": "string",
+                "enum": list(self.operations),
+                "description": "; ".join(
+                    f"{o.name}: {o.description}" for o in self.operations.values()
+                ),
+            }
+        }
+        for operation in self.operations.values():
+            schema = operation.args.model_json_schema()
+            for name, prop in schema.get("properties", {}).items():
+                properties.setdefault(name, _plain(prop))
+        return {"type": "object", "properties": properties, "required": ["operation"]}
+
+
+def _plain(prop: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in prop.items() if k != "title"}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a call answers: structured content (``success`` first) and a short text for people."""
+
+    structured: dict[str, Any]
+    text: str
+
+    @property
+    def is_error(self) -> bool:
+        return not self.structured.get("success", False)
+
+
+async def call_tool(
+    orchestrator: Orchestrator,
+    tool: Tool,
+    arguments: Any,
+    *,
+    tenant: str | None = None,
+) -> ToolResult:
+    operation_name = arguments.get("operation") if isinstance(arguments, dict) else None
+    try:
+        operation = _operation(tool, arguments)
+        args = _parse(operation, arguments)
+        fields = await operation.handler(orchestrator, tenant, args)
+    except OrchestratorError as exc:
+        fields = {"success": False, **exc.to_dict()}
+    except Exception:
+        log.exception("%s.%s failed", tool.name, operation_name)
+        fields = {"success": False, "error_type": "internal", "error_message": "internal error"}
+    structured = {"success": fields.pop("success", True), "operation": operation_name, **fields}
+    return ToolResult(structured, _text(tool.name, structured))
+
+
+def _operation(tool: Tool, arguments: Any) -> Operation:
+    if not isinstance(arguments, dict):
+        raise InvalidArgumentError("arguments must be a JSON object")
+    name = arguments.get("operation")
+    if not isinstance(name, str) or name not in tool.operations:
+        known = ", ".join(tool.operations)
+        raise InvalidArgumentError(f"operation must be one of: {known}")
+    return tool.operations[name]
+
+
+def _parse(operation: Operation, arguments: dict[str, Any]) -> ToolArgs:
+    given = {k: v for k, v in arguments.items() if k != "operation"}
+    try:
+        return operation.args.model_validate(given)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: "
+            + ("unknown argument" if e["type"] == "extra_forbidden" else e["msg"])
+            for e in exc.errors()[:5]
+        )
+        raise InvalidArgumentError(f"{operation.name}: {problems}") from None
+
+
+def _text(tool: str, structured: dict[str, Any]) -> str:
+    """A short human-readable summary; the structured content is the contract."""
+    head = f"{tool}.{structured.get('operation')}: " + (
+        "ok" if structured["success"] else str(structured.get("error_type"))
+    )
+    lines = [head]
+    if structured.get("error_message"):
+        lines.append(str(structured["error_message"]))
+    for key in ("stdout", "output", "result_repr", "stderr", "traceback"):
+        value = structured.get(key)
+        if isinstance(value, str) and value:
+            lines.append(f"{key}:\n{value.rstrip()}")
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""The ``python_repl`` tool (seed 000's operations, plus ``history_context``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+
+if TYPE_CHECKING:
+    from orchestrator.orchestrator import Orchestrator
+
+SESSION_ID = Field(description="The session to use; from an earlier call's `session_id`.")
+
+
+class ExecuteArgs(ToolArgs):
+    code: str = Field(description="Python code; the value of a final expression is returned.")
+    session_id: str | None = Field(
+        None, description="Session to run in; omit to create a new session."
+    )
+    timeout_s: float | None = Field(
+        None, description="Seconds before the code is interrupted (policy default and maximum)."
+    )
+    policy: str | None = Field(
+        None, description="Policy for a new session (only without session_id)."
+    )
+
+
+class SessionArgs(ToolArgs):
+    session_id: str = SESSION_ID
+
+
+class InspectArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    variable_name: str = Field(description="Name of a variable in the session.")
+
+
+class HistoryContextArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    max_tokens: int = Field(50_000, description="Token budget of the returned context.")
+
+
+class NoArgs(ToolArgs):
+    pass
+
+
+async def _execute(orch: Orchestrator, tenant: str | None, args: ExecuteArgs) -> Fields:
+    result = await orch.execute(
+        args.code,
+        session_id=args.session_id,
+        timeout_s=args.timeout_s,
+        policy=args.policy,
+        tenant=tenant,
+    )
+    return result.model_dump()
+
+
+async def _reset(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
+    await orch.reset(args.session_id, tenant=tenant)
+    return {"session_id": args.session_id}
+
+
+async def _destroy(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
+    await orch.destroy(args.session_id, tenant=tenant)
+    return {"session_id": args.session_id, "destroyed": True}
+
+
+async def _list_sessions(orch: Orchestrator, tenant: str | None, args: NoArgs) -> Fields:
+    sessions = orch.list_sessions(tenant=tenant)
+    return {"sessions": sessions, "count": len(sessions)}
+
+
+async def _history(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
+    entries = orch.history(args.session_id, tenant=tenant)
+    return {"session_id": args.session_id, "history": entries, "count": len(entries)}
+
+
+async def _history_context(
+    orch: Orchestrator, tenant: str | None, args: HistoryContextArgs
+) -> Fields:
+    context = orch.history_context(args.session_id, args.max_tokens, tenant=tenant)
+    return {"session_id": args.session_id, "context": context}
+
+
+async def _inspect(orch: Orchestrator, tenant: str | None, args: InspectArgs) -> Fields:
+    info = await orch.inspect(args.session_id, args.variable_name, tenant=tenant)
+    fields: dict[str, Any] = {"session_id": args.session_id, **info.model_dump()}
+    if not info.found:
+        fields |= {
+            "success": False,
+            "error_type": "invalid_argument",
+            "error_message": f"no variable {args.variable_name!r} in the session",
+        }
+    return fields
+
+
+async def _list_variables(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
+    listing = await orch.list_variables(args.session_id, tenant=tenant)
+    variables = [v.model_dump() for v in listing.variables]
+    return {
+        "session_id": args.session_id,
+        "variables": variables,
+        "modules": listing.modules,
+        "count": len(variables),
+    }
+
+
+PYTHON_REPL = Tool(
+    name="python_repl",
+    description=(
+        "A persistent Python REPL in an isolated container: variables, imports and definitions "
+        "survive between calls of the same session."
+    ),
+    operations={
+        op.name: op
+        for op in (
+            Operation(
+                "execute", "run code (creates a session without session_id)", ExecuteArgs, _execute
+            ),
+            Operation("reset", "restart the interpreter, clearing all state", SessionArgs, _reset),
+            Operation("destroy", "end the session and remove its container", SessionArgs, _destroy),
+            Operation("list_sessions", "your sessions", NoArgs, _list_sessions),
+            Operation("history", "code run in the session", SessionArgs, _history),
+            Operation(
+                "history_context",
+                "the history as context for another agent, within max_tokens",
+                HistoryContextArgs,
+                _history_context,
+            ),
+            Operation("inspect", "type and value of one variable", InspectArgs, _inspect),
+            Operation(
+                "list_variables",
+                "names and types of the session's variables",
+                SessionArgs,
+                _list_variables,
+            ),
+        )
+    },
+)
