@@ -11,6 +11,7 @@ from orchestrator.errors import InvalidArgumentError
 from orchestrator.policy import Policy
 
 MAX_ID_CHARS = 128
+_POLICY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 MAX_TOKENS_LIMIT = 1_000_000
 
@@ -47,6 +48,13 @@ def check_timeout(timeout_s: Any, policy: Policy) -> float:
     ):
         raise InvalidArgumentError(f"timeout_s must be a number in (0, {limit:g}]")
     return float(timeout_s)
+
+
+def check_policy_name(policy: Any) -> str | None:
+    """A policy *name*: callers never point the orchestrator at a file path."""
+    if policy is not None and (not isinstance(policy, str) or not _POLICY_NAME.match(policy)):
+        raise InvalidArgumentError("policy must be the name of a policy")
+    return policy
 
 
 def check_max_tokens(max_tokens: Any) -> TypeGuard[int]:

@@ -18,18 +18,22 @@ import anyio
 from orchestrator.arguments import (
     check_code,
     check_max_tokens,
+    check_policy_name,
     check_session_id,
     check_timeout,
     check_variable,
 )
 from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.errors import QuotaExceededError, SessionNotFoundError
+from orchestrator.errors import InvalidArgumentError, QuotaExceededError, SessionNotFoundError
+from orchestrator.files import SessionFiles
 from orchestrator.history import CodeHistory
 from orchestrator.policy import Policy, load_policy
+from orchestrator.processes import SessionProcesses
 from orchestrator.protocol import InspectReply, ListVariablesReply
 from orchestrator.repl import ExecuteOutcome, Repl
 from orchestrator.sessions import Session, new_session_id
+from orchestrator.tools import TOOLS, ToolResult, call_tool
 
 # Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
 SHUTDOWN_TIMEOUT = 60.0
@@ -62,6 +66,7 @@ class Orchestrator:
         self._sessions: dict[str, Session] = {}
         self._creating = 0
         self._policies: dict[str, Policy] = {}
+        self._items: dict[tuple[str, str], str] = {}
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -95,6 +100,14 @@ class Orchestrator:
         if name not in self._policies:
             self._policies[name] = load_policy(name, search_dirs=self.config.policy_dirs)
         return self._policies[name]
+
+    async def call(self, tool: Any, arguments: Any, *, tenant: str | None = None) -> ToolResult:
+        """One tool call as every interface makes it: ``{operation, ...}`` in, a result out."""
+        found = TOOLS.get(tool) if isinstance(tool, str) else None
+        if found is None:
+            error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
+            return ToolResult({"success": False, **error.to_dict()}, str(error))
+        return await call_tool(self, found, arguments, tenant=tenant)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -144,6 +157,8 @@ class Orchestrator:
             policy=policy,
             container_id=container_id,
             repl=repl,
+            files=SessionFiles(self.backend, container_id, policy),
+            processes=SessionProcesses(self.backend, container_id, policy),
             history=CodeHistory(policy.python.max_history),
         )
         self._sessions[session_id] = session
@@ -157,9 +172,34 @@ class Orchestrator:
             raise SessionNotFoundError(f"session not found: {session_id}")
         return session
 
+    async def open_session(
+        self, session_id: Any, *, policy: Any = None, tenant: str | None = None
+    ) -> tuple[Session, bool]:
+        """The caller's session, or a new one when ``session_id`` is None; says which."""
+        if session_id is None:
+            return await self.create_session(policy=check_policy_name(policy), tenant=tenant), True
+        if policy is not None:
+            raise InvalidArgumentError("policy applies only when a new session is created")
+        return self.session(session_id, tenant=tenant), False
+
+    def remember(self, kind: str, item_id: str, session: Session) -> None:
+        """Index an id made inside a session (a process, a terminal) for lookups by id alone."""
+        self._items[(kind, item_id)] = session.id
+
+    def session_of(self, kind: str, item_id: Any, *, tenant: str | None = None) -> Session:
+        """The caller's session holding ``item_id``; unknown and not-yours answer alike."""
+        if not isinstance(item_id, str) or not 0 < len(item_id) <= 128:
+            raise InvalidArgumentError(f"{kind}_id must be a string of 1 to 128 characters")
+        session_id = self._items.get((kind, item_id))
+        try:
+            return self.session(session_id or "-", tenant=tenant)
+        except SessionNotFoundError:
+            raise SessionNotFoundError(f"{kind} not found: {item_id}") from None
+
     async def destroy(self, session_id: str, *, tenant: str | None = None) -> None:
         session = self.session(session_id, tenant=tenant)
         self._sessions.pop(session.id, None)
+        self._items = {key: sid for key, sid in self._items.items() if sid != session.id}
         await session.aclose(self.backend)
 
     def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
@@ -188,12 +228,9 @@ class Orchestrator:
         tenant: str | None = None,
     ) -> ExecuteResult:
         check_code(code)
-        created = session_id is None
-        if created:
-            check_timeout(timeout_s, self.policy(policy))
-            session = await self.create_session(policy=policy, tenant=tenant)
-        else:
-            session = self.session(session_id, tenant=tenant)
+        if session_id is None:
+            check_timeout(timeout_s, self.policy(check_policy_name(policy)))
+        session, created = await self.open_session(session_id, policy=policy, tenant=tenant)
         timeout = check_timeout(timeout_s, session.policy)
         async with session.turn(busy_timeout=self.config.busy_timeout):
             outcome = await session.repl.execute(code, timeout=timeout)

@@ -1,7 +1,8 @@
 """A session: one container and everything that runs in it, owned by one tenant.
 
-Invariant: work on a session is serialised by ``lock``; a caller that cannot get it within the
-busy timeout gets ``busy`` instead of interleaving with the call in progress.
+Invariant: work on the session's interpreter is serialised by ``lock``; a caller that cannot get
+it within the busy timeout gets ``busy`` instead of interleaving with the call in progress. File
+and process operations are independent short execs and do not take the lock.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import anyio
 
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import BusyError
+from orchestrator.files import SessionFiles
 from orchestrator.history import CodeHistory
 from orchestrator.policy import Policy
+from orchestrator.processes import SessionProcesses
 from orchestrator.repl import Repl
 
 # 128 bits of randomness: ids are bearer-like, never guessable.
@@ -36,6 +39,8 @@ class Session:
     policy: Policy
     container_id: str
     repl: Repl
+    files: SessionFiles
+    processes: SessionProcesses
     history: CodeHistory
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     last_active: float = field(default_factory=time.monotonic)

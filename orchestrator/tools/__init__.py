@@ -1,8 +1,20 @@
 """The tool layer: the four tools of the contract, shared by every interface."""
 
 from orchestrator.tools._base import Operation, Tool, ToolArgs, ToolResult, call_tool
+from orchestrator.tools.files import FILES_TOOL
+from orchestrator.tools.process import PROCESS_TOOL
 from orchestrator.tools.python_repl import PYTHON_REPL
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (PYTHON_REPL,)}
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in (PYTHON_REPL, PROCESS_TOOL, FILES_TOOL)}
 
-__all__ = ["PYTHON_REPL", "TOOLS", "Operation", "Tool", "ToolArgs", "ToolResult", "call_tool"]
+__all__ = [
+    "FILES_TOOL",
+    "PROCESS_TOOL",
+    "PYTHON_REPL",
+    "TOOLS",
+    "Operation",
+    "Tool",
+    "ToolArgs",
+    "ToolResult",
+    "call_tool",
+]

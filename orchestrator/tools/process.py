@@ -1,0 +1,92 @@
+"""The ``process`` tool (seed 003's background processes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from orchestrator.command_policy import enforce
+from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+
+if TYPE_CHECKING:
+    from orchestrator.orchestrator import Orchestrator
+
+PROCESS = "process"
+
+
+class StartArgs(ToolArgs):
+    command: str = Field(description="Shell command line to run in the background (bash -c).")
+    session_id: str = Field(description="The session to run it in.")
+    cwd: str | None = Field(None, description="Working directory under /workspace.")
+    env: dict[str, str] | None = Field(None, description="Extra environment variables.")
+    confirm_dangerous: bool = Field(
+        False, description="Confirm a command the policy marks as dangerous."
+    )
+
+
+class ListArgs(ToolArgs):
+    session_id: str | None = Field(None, description="Only this session's processes.")
+
+
+class ReadOutputArgs(ToolArgs):
+    process_id: str = Field(description="A process id from `start`.")
+    tail: int = Field(100, description="How many of the last lines to return.")
+
+
+class KillArgs(ToolArgs):
+    process_id: str = Field(description="A process id from `start`.")
+
+
+async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
+    session = orch.session(args.session_id, tenant=tenant)
+    command = enforce(args.command, session.policy, confirm_dangerous=args.confirm_dangerous)
+    result = await session.processes.start(command, cwd=args.cwd, env=args.env)
+    orch.remember(PROCESS, result.process_id, session)
+    return {"session_id": session.id, **result.model_dump()}
+
+
+async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Fields:
+    if args.session_id is not None:
+        sessions = [orch.session(args.session_id, tenant=tenant)]
+    else:
+        sessions = [
+            orch.session(s["session_id"], tenant=tenant) for s in orch.list_sessions(tenant=tenant)
+        ]
+    processes = []
+    for session in sessions:
+        listing = await session.processes.list()
+        processes += [{"session_id": session.id, **p.model_dump()} for p in listing.processes]
+    return {"processes": processes, "count": len(processes)}
+
+
+async def _read_output(orch: Orchestrator, tenant: str | None, args: ReadOutputArgs) -> Fields:
+    session = orch.session_of(PROCESS, args.process_id, tenant=tenant)
+    result = await session.processes.read_output(args.process_id, tail=args.tail)
+    return {"session_id": session.id, **result.model_dump()}
+
+
+async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Fields:
+    session = orch.session_of(PROCESS, args.process_id, tenant=tenant)
+    result = await session.processes.kill(args.process_id)
+    return {"session_id": session.id, **result.model_dump()}
+
+
+PROCESS_TOOL = Tool(
+    name="process",
+    description=(
+        "Long-running background processes (servers, watchers) in a session's container, each "
+        "in its own process group with a size-capped log."
+    ),
+    operations={
+        op.name: op
+        for op in (
+            Operation("start", "launch a command in the background", StartArgs, _start),
+            Operation("list", "processes with state, exit code, ports and age", ListArgs, _list),
+            Operation(
+                "read_output", "the last lines of a process's output", ReadOutputArgs, _read_output
+            ),
+            Operation("kill", "end the whole process group (TERM, then KILL)", KillArgs, _kill),
+        )
+    },
+)

@@ -1,0 +1,162 @@
+"""The tool layer against real containers: one scenario across tools, owners kept apart, and bad
+arguments answered with the same ``error_type`` by every operation."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator.images import ImageBuildResult
+from orchestrator.orchestrator import Orchestrator
+from tests.docker.test_python_repl import config
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+
+@pytest.fixture
+async def orch(worker_image: ImageBuildResult) -> AsyncIterator[Orchestrator]:
+    async with Orchestrator(config(worker_image.tag)) as orchestrator:
+        yield orchestrator
+
+
+async def ok(
+    orch: Orchestrator, tool: str, tenant: str | None = None, **args: Any
+) -> dict[str, Any]:
+    result = await orch.call(tool, args, tenant=tenant)
+    assert result.structured["success"], result.structured
+    return result.structured
+
+
+async def test_a_session_serves_python_files_and_processes_together(orch: Orchestrator) -> None:
+    created = await ok(orch, "python_repl", operation="execute", code="1 + 1")
+    assert created["created_new_session"] and created["result_repr"] == "2"
+    sid = created["session_id"]
+
+    await ok(orch, "files", operation="write", session_id=sid, path="srv/index.html", content="hi")
+    started = await ok(
+        orch,
+        "process",
+        operation="start",
+        session_id=sid,
+        command="python3 -m http.server 8766 --bind 127.0.0.1",
+        cwd="srv",
+    )
+    pid = started["process_id"]
+    with anyio.fail_after(30):
+        while True:
+            listing = await ok(orch, "process", operation="list", session_id=sid)
+            ports = [p["ports"] for p in listing["processes"] if p["process_id"] == pid]
+            if ports and 8766 in ports[0]:
+                break
+            await anyio.sleep(0.2)
+
+    read = await ok(orch, "files", operation="read", session_id=sid, path="srv/index.html")
+    assert read["content"] == "hi"
+    killed = await ok(orch, "process", operation="kill", process_id=pid)
+    assert killed["group_empty"]
+    await ok(orch, "python_repl", operation="destroy", session_id=sid)
+    assert (await ok(orch, "python_repl", operation="list_sessions"))["count"] == 0
+
+
+def _shape(structured: dict[str, Any], *ids: str) -> dict[str, Any]:
+    text = str(structured)
+    for item in ids:
+        text = text.replace(item, "ID")
+    return {"text": re.sub(r"[0-9a-f]{32}", "ID", text)}
+
+
+async def test_another_tenant_gets_exactly_the_unknown_answer_from_every_operation(
+    orch: Orchestrator,
+) -> None:
+    sid = (await ok(orch, "python_repl", operation="execute", code="x = 1"))["session_id"]
+    pid = (await ok(orch, "process", operation="start", session_id=sid, command="sleep 300"))[
+        "process_id"
+    ]
+    unknown_sid, unknown_pid = "0" * 32, "1" * 32
+    calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        (
+            "python_repl",
+            {"operation": "execute", "code": "x", "session_id": sid},
+            {"session_id": unknown_sid},
+        ),
+        (
+            "python_repl",
+            {"operation": "inspect", "session_id": sid, "variable_name": "x"},
+            {"session_id": unknown_sid},
+        ),
+        ("python_repl", {"operation": "destroy", "session_id": sid}, {"session_id": unknown_sid}),
+        (
+            "files",
+            {"operation": "read", "session_id": sid, "path": "a"},
+            {"session_id": unknown_sid},
+        ),
+        ("process", {"operation": "list", "session_id": sid}, {"session_id": unknown_sid}),
+        ("process", {"operation": "read_output", "process_id": pid}, {"process_id": unknown_pid}),
+        ("process", {"operation": "kill", "process_id": pid}, {"process_id": unknown_pid}),
+    ]
+    for tool, args, unknown in calls:
+        theirs = await orch.call(tool, args, tenant="mallory")
+        nobody = await orch.call(tool, {**args, **unknown}, tenant="mallory")
+        assert theirs.structured["error_type"] == "session_not_found", (tool, args)
+        assert _shape(theirs.structured, sid, pid) == _shape(nobody.structured), (tool, args)
+    still = await ok(orch, "python_repl", operation="execute", code="x", session_id=sid)
+    assert still["result_repr"] == "1"
+    assert (await ok(orch, "process", operation="list", tenant="mallory"))["count"] == 0
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("python_repl", {"operation": "nope"}),
+        ("python_repl", {}),
+        ("python_repl", {"operation": "execute"}),
+        ("python_repl", {"operation": "execute", "code": "1", "timeout_s": "5"}),
+        ("python_repl", {"operation": "execute", "code": "1", "surprise": 1}),
+        ("python_repl", {"operation": "execute", "code": "1", "policy": "../../etc/passwd"}),
+        ("python_repl", {"operation": "execute", "code": "1", "policy": "nosuch"}),
+        ("python_repl", {"operation": "history_context", "session_id": "x", "max_tokens": True}),
+        ("process", {"operation": "start", "session_id": "x"}),
+        ("process", {"operation": "read_output", "process_id": "x", "tail": "10"}),
+        ("files", {"operation": "write", "session_id": "x", "path": 3}),
+        ("nosuchtool", {"operation": "x"}),
+    ],
+)
+async def test_a_wrong_argument_is_an_invalid_argument_and_creates_nothing(
+    orch: Orchestrator, tool: str, args: dict[str, Any]
+) -> None:
+    result = await orch.call(tool, args)
+    assert result.structured["error_type"] == "invalid_argument", result.structured
+    assert result.is_error
+    assert orch.list_sessions() == []
+
+
+async def test_policy_rules_apply_to_background_commands(orch: Orchestrator) -> None:
+    sid = (await ok(orch, "python_repl", operation="execute", code="1"))["session_id"]
+    denied = await orch.call(
+        "process", {"operation": "start", "session_id": sid, "command": "sudo id"}
+    )
+    assert denied.structured["error_type"] == "policy"
+    dangerous = {"operation": "start", "session_id": sid, "command": "rm -rf /workspace/x"}
+    assert (await orch.call("process", dangerous)).structured["error_type"] == "policy"
+    confirmed = await orch.call("process", {**dangerous, "confirm_dangerous": True})
+    assert confirmed.structured["success"]
+
+
+async def test_binary_files_round_trip_through_the_tool(orch: Orchestrator) -> None:
+    sid = (await ok(orch, "python_repl", operation="execute", code="1"))["session_id"]
+    data = bytes(range(256))
+    await ok(
+        orch,
+        "files",
+        operation="write",
+        session_id=sid,
+        path="b.bin",
+        content_b64=base64.b64encode(data).decode(),
+    )
+    read = await ok(orch, "files", operation="read", session_id=sid, path="b.bin")
+    assert base64.b64decode(read["content_b64"]) == data
