@@ -1,0 +1,60 @@
+"""Which modules restricted code may reach. Names are checked in full: ``a.b`` needs ``a`` and
+``a.b`` in the allowlist, and nothing on its path may be forbidden."""
+
+from types import ModuleType
+
+from .errors import ImportBlockedError
+
+# A compile-time directive, not a module anyone reaches through.
+FUTURE = "__future__"
+
+
+class ModulePolicy:
+    """The allow and deny lists of one policy, with every answer cached."""
+
+    def __init__(self, allowed: frozenset[str], forbidden: frozenset[str]) -> None:
+        self._allowed = allowed
+        self._forbidden = forbidden
+        self._answers: dict[str, str | None] = {FUTURE: None}
+
+    def refusal(self, name: str) -> str | None:
+        """Why ``name`` may not be imported, or None when it may."""
+        try:
+            return self._answers[name]
+        except KeyError:
+            pass
+        answer = self._judge(name)
+        if len(self._answers) < 4096:
+            self._answers[name] = answer
+        return answer
+
+    def _judge(self, name: str) -> str | None:
+        if not name or name.startswith(".") or name.endswith(".") or ".." in name:
+            return f"'{name}' is not a module name"
+        parts = name.split(".")
+        prefixes = [".".join(parts[: i + 1]) for i in range(len(parts))]
+        for prefix in prefixes:
+            if prefix in self._forbidden:
+                return f"module '{prefix}' is forbidden by the policy"
+        for prefix in prefixes:
+            if prefix not in self._allowed:
+                return f"module '{prefix}' is not in the allowed modules"
+        return None
+
+    def require(self, name: str) -> None:
+        """Raise ImportBlockedError unless ``name`` may be imported."""
+        reason = self.refusal(name)
+        if reason is not None:
+            raise ImportBlockedError(f"import of '{name}' is blocked: {reason}", name=name)
+
+    def require_module(self, module: ModuleType, how: str) -> None:
+        """Raise ImportBlockedError unless the module object may be used; ``how`` says how it
+        was reached, for the message."""
+        name = module.__dict__.get("__name__")
+        if not isinstance(name, str):
+            raise ImportBlockedError(f"a module without a name was reached through {how}")
+        reason = self.refusal(name)
+        if reason is not None:
+            raise ImportBlockedError(
+                f"module '{name}' reached through {how} is blocked: {reason}", name=name
+            )

@@ -1,0 +1,198 @@
+"""The REPL worker: a long-lived process inside the sandbox that runs Python cells for the host.
+
+Started as ``python3 -I /opt/sbx/worker/repl_worker.py`` (uid 10001, cwd /workspace) with the
+protocol on stdin/stdout and its settings in ``SBX_WORKER_CONFIG``. At start the protocol moves
+to private, non-inheritable fds; fd 0 becomes /dev/null and fd 1/2 point at /dev/null except
+while a request runs, when they are that request's capture pipes. Then it writes
+``{"type": "ready", "pid", "protocol", "python"}`` and answers each request line with exactly one
+reply line (see wire.py for the format, ``Worker.handle`` for the operations). EOF on the
+protocol input or a ``shutdown`` request ends it with status 0; a bad configuration with a
+``{"type": "fatal"}`` line and status 2.
+"""
+
+import os
+import sys
+
+if __name__ == "__main__" and not __package__:
+    # Run as a script: -I left this folder off sys.path. Import the folder as a package (named
+    # after it) so the sibling modules' relative imports work the same here and on the host.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_here))
+    __package__ = os.path.basename(_here)
+
+from .capture import OutputCapture
+from .config import CONFIG_ENV, ConfigError, WorkerConfig, parse_config
+from .executor import CellOutcome, Executor
+from .interrupts import InterruptGate
+from .introspect import inspect_value, list_variables
+from .metrics import ResourceMeter
+from .wire import BadRequest, LineReader, Request, dump, encode_reply, parse_request, write_line
+
+PROTOCOL_VERSION = 1
+# A JSON-escaped character takes at most 6 bytes per byte of UTF-8 code, plus the envelope.
+_ESCAPE_FACTOR = 6
+_ENVELOPE_BYTES = 1 << 16
+Reply = dict[str, object]
+
+
+class Worker:
+    """Reads requests, runs them, writes replies."""
+
+    def __init__(self, config: WorkerConfig, protocol_in: int, protocol_out: int) -> None:
+        self.config = config
+        self.gate = InterruptGate()
+        self.executor = Executor(config, self.gate)
+        self.capture = OutputCapture(config.max_stream_bytes)
+        self.meter = ResourceMeter()
+        line_limit = config.max_code_bytes * _ESCAPE_FACTOR + _ENVELOPE_BYTES
+        self._reader = LineReader(protocol_in, line_limit)
+        self._out = protocol_out
+
+    def serve(self) -> int:
+        version = ".".join(str(part) for part in sys.version_info[:3])
+        self._send(
+            {"type": "ready", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "python": version}
+        )
+        while True:
+            try:
+                line = self._reader.read_line()
+            except BadRequest as exc:
+                self._send(_refusal(exc))
+                continue
+            if line is None:
+                return 0
+            if not line.strip():
+                continue
+            reply, stop = self.handle(line)
+            self._send(reply)
+            if stop:
+                return 0
+
+    def handle(self, line: bytes) -> tuple[Reply, bool]:
+        """One request line to its reply, and whether the worker should stop after it."""
+        try:
+            request = parse_request(line)
+        except BadRequest as exc:
+            return _refusal(exc), False
+        try:
+            fields = self._dispatch(request)
+        except BaseException as exc:  # a bug of ours or a user hook: still exactly one reply
+            fields = {"ok": False, "error_type": "internal", "error_message": repr(exc)[:2000]}
+        return {"type": "reply", "id": request.id, "ok": True, **fields}, request.op == "shutdown"
+
+    def _dispatch(self, request: Request) -> Reply:
+        if request.op == "execute":
+            return self._execute(request.args["code"])
+        if request.op == "list_variables":
+            return list_variables(self.executor.namespace)
+        if request.op == "inspect":
+            namespace, limit = self.executor.namespace, self.config.max_repr_chars
+            return inspect_value(namespace, request.args["name"], limit, self.gate)
+        if request.op == "reset":
+            self.executor.reset()
+            return {}
+        if request.op == "ping":
+            return {"pong": True}
+        return {}  # shutdown: the reply is all there is to it
+
+    def _execute(self, code: str) -> Reply:
+        self.gate.install()
+        self.meter.start()
+        compiled = self.executor.compile(code)
+        stdout = stderr = b""
+        truncated = False
+        if isinstance(compiled, CellOutcome):
+            outcome = compiled
+        else:
+            self.capture.start()
+            try:
+                outcome = self.executor.run(compiled)
+            finally:
+                captured = self.capture.finish()
+            stdout, stderr, truncated = captured.stdout, captured.stderr, captured.truncated
+        usage = self.meter.stop()
+        return {
+            "success": outcome.success,
+            "stdout": _text(stdout, self.config.max_stream_bytes),
+            "stderr": _text(stderr, self.config.max_stream_bytes),
+            "result_repr": outcome.result_repr,
+            "error_type": outcome.error_type,
+            "error_message": outcome.error_message,
+            "traceback": outcome.traceback,
+            "violations": outcome.violations,
+            "execution_time_ms": usage.execution_time_ms,
+            "cpu_time_ms": usage.cpu_time_ms,
+            "peak_memory_mb": usage.peak_memory_mb,
+            "truncated": truncated,
+            "interrupted": outcome.interrupted,
+        }
+
+    def _send(self, message: Reply) -> None:
+        try:
+            line = encode_reply(message, self.config.max_reply_bytes)
+        except (MemoryError, RecursionError, TypeError, ValueError) as exc:
+            line = dump(
+                {
+                    "type": "reply",
+                    "id": message.get("id"),
+                    "ok": False,
+                    "error_type": "internal",
+                    "error_message": f"reply could not be encoded: {type(exc).__name__}",
+                }
+            )
+        write_line(self._out, line)
+
+
+def _refusal(exc: BadRequest) -> Reply:
+    return {
+        "type": "reply",
+        "id": exc.request_id,
+        "ok": False,
+        "error_type": "invalid_argument",
+        "error_message": str(exc),
+    }
+
+
+def _text(data: bytes, limit: int) -> str:
+    """Captured bytes as text of at most ``limit`` UTF-8 bytes (U+FFFD for undecodable ones)."""
+    text = data.decode("utf-8", errors="replace")
+    if len(text) * 3 > limit:
+        while len(text.encode("utf-8")) > limit:
+            text = text[: len(text) - max(1, (len(text.encode("utf-8")) - limit) // 3)]
+    return text
+
+
+def _take_protocol_fds() -> tuple[int, int]:
+    """Move the protocol to private fds; fd 0/1/2 become /dev/null."""
+    protocol_in, protocol_out = os.dup(0), os.dup(1)  # os.dup: non-inheritable
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    # Line buffering keeps print() and os.write(1, ...) in order; UTF-8 whatever the locale.
+    for stream, line_buffering in ((sys.stdout, True), (sys.stderr, False)):
+        stream.reconfigure(  # type: ignore[union-attr]
+            encoding="utf-8", errors="backslashreplace", line_buffering=line_buffering
+        )
+    return protocol_in, protocol_out
+
+
+def main() -> int:
+    try:
+        config = parse_config(os.environ.pop(CONFIG_ENV, None))
+    except ConfigError as exc:
+        write_line(1, dump({"type": "fatal", "error_message": str(exc)}))
+        return 2
+    protocol_in, protocol_out = _take_protocol_fds()
+    worker = Worker(config, protocol_in, protocol_out)
+    worker.gate.install()
+    if worker.executor.restrictions is not None:
+        worker.executor.restrictions.install_process_guards()
+    # The session's namespace is __main__ from now on: pickling, dataclasses and typing resolve
+    # user classes there, and the worker's own globals are no longer reachable by that name.
+    sys.modules["__main__"] = worker.executor.module
+    return worker.serve()
+
+
+if __name__ == "__main__":
+    os._exit(main())
