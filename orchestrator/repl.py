@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ from orchestrator.protocol import (
     Reply,
     payload,
 )
-from orchestrator.worker_process import WorkerExited, WorkerProcess
+from orchestrator.worker_process import WORKER_ARGV, WorkerExited, WorkerProcess
 
 # Room around the policy's reply cap for JSON framing and the fixed fields.
 FRAME_SLACK_BYTES = 64 * 1024
@@ -70,10 +71,18 @@ def worker_config(policy: Policy) -> dict[str, Any]:
 
 
 class Repl:
-    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+    def __init__(
+        self,
+        backend: DockerBackend,
+        container_id: str,
+        policy: Policy,
+        *,
+        worker_argv: Sequence[str] = WORKER_ARGV,
+    ) -> None:
         self._backend = backend
         self._container_id = container_id
         self._policy = policy
+        self._worker_argv = worker_argv
         self._worker: WorkerProcess | None = None
         # True once a worker with user state was lost; reported by the next execute.
         self._state_lost = False
@@ -83,12 +92,17 @@ class Repl:
 
     async def _ensure_worker(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive:
-            self._worker = await WorkerProcess.start(
-                self._backend,
-                self._container_id,
-                worker_config(self._policy),
-                max_frame=self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES,
-            )
+            try:
+                self._worker = await WorkerProcess.start(
+                    self._backend,
+                    self._container_id,
+                    worker_config(self._policy),
+                    max_frame=self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES,
+                    argv=self._worker_argv,
+                )
+            except (ProtocolViolation, WorkerExited, TimeoutError) as exc:
+                cause = str(exc) or "no ready frame in time"
+                raise ProcessCrashedError("the Python worker failed to start", cause=cause) from exc
         return self._worker
 
     async def execute(self, code: str, *, timeout: float) -> ExecuteOutcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,10 @@ from orchestrator.protocol import (
 )
 
 WORKER_ARGV = ("python3", "-I", "/opt/sbx/worker/repl_worker.py")
+# The worker's pid is told by this shell before it execs the worker, i.e. before any untrusted
+# code runs; the pid the worker itself reports is only checked against it.
+PID_ANNOUNCER = ("/bin/sh", "-c", 'echo "sbx-pid $$"; exec "$@"', "sbx-worker")
+_PID_LINE = re.compile(rb"^sbx-pid ([0-9]{1,7})$")
 # A cold interpreter in a fresh container is ready in well under a second; ten covers a loaded host.
 READY_TIMEOUT = 10.0
 # Signals go through a short exec of their own; the engine answers that in ~60 ms.
@@ -73,17 +78,19 @@ class WorkerProcess:
         max_frame: int,
         argv: Sequence[str] = WORKER_ARGV,
     ) -> WorkerProcess:
-        spec = ExecSpec(argv=argv, env={"SBX_WORKER_CONFIG": json.dumps(config)})
+        spec = ExecSpec(argv=[*PID_ANNOUNCER, *argv], env={"SBX_WORKER_CONFIG": json.dumps(config)})
         stream = await backend.open_exec(container_id, spec)
         worker = cls(backend, container_id, stream, max_frame)
         try:
             with anyio.fail_after(READY_TIMEOUT):
+                worker.pid = await worker._announced_pid()
                 frame = await worker._next_frame()
             if isinstance(frame, FatalFrame):
                 raise ProtocolViolation(f"worker refused to start: {frame.error_message}")
             if not isinstance(frame, ReadyFrame) or frame.protocol != PROTOCOL_VERSION:
                 raise ProtocolViolation(f"expected a ready frame, got {frame!r:.200}")
-            worker.pid = frame.pid
+            if frame.pid != worker.pid:
+                raise ProtocolViolation(f"worker says it is pid {frame.pid}, it is {worker.pid}")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await worker.kill()
@@ -112,17 +119,28 @@ class WorkerProcess:
     async def request(self, op: str, **args: Any) -> Reply:
         return await self.receive_reply(await self.send(op, **args))
 
+    async def _announced_pid(self) -> int:
+        while not self._pending:
+            await self._read_chunk()
+        match = _PID_LINE.match(self._pending.pop(0))
+        if match is None:
+            raise ProtocolViolation("the worker's launcher did not announce its pid")
+        return int(match.group(1))
+
+    async def _read_chunk(self) -> None:
+        chunk = await self._stream.receive()
+        if chunk is None:
+            self.alive = False
+            raise WorkerExited("the worker's output ended")
+        stream, data = chunk
+        if stream == STDOUT:
+            self._pending.extend(self._lines.feed(data))
+        else:
+            self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL_BYTES:]
+
     async def _next_frame(self) -> ReadyFrame | FatalFrame | Reply:
         while not self._pending:
-            chunk = await self._stream.receive()
-            if chunk is None:
-                self.alive = False
-                raise WorkerExited("the worker's output ended")
-            stream, data = chunk
-            if stream == STDOUT:
-                self._pending.extend(self._lines.feed(data))
-            else:
-                self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL_BYTES:]
+            await self._read_chunk()
         return decode_frame(self._pending.pop(0))
 
     async def signal(self, name: str) -> None:
