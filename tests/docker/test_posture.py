@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import BackendUnavailableError
 from orchestrator.policy import Policy, load_policy, shipped_policy_names
 from tests.conftest import ContainerFactory
 
@@ -197,3 +198,18 @@ async def test_a_memory_bomb_is_oom_killed_reported_as_such_and_the_container_li
     assert (await docker_backend.container_state(container_id)).running
     code, out, _ = await run_python(docker_backend, container_id, "print('alive')")
     assert (code, out.strip()) == (0, "alive")
+
+
+async def test_a_policy_asking_for_runsc_is_refused_clearly_when_the_engine_lacks_it(
+    docker_backend: DockerBackend, make_container: ContainerFactory
+) -> None:
+    policy = load_policy("default").model_copy(update={"runtime": "runsc"})
+    if "runsc" in await docker_backend.runtimes():
+        container_id = await make_container(policy)
+        info = await docker_backend.inspect(container_id)
+        assert info["HostConfig"]["Runtime"] == "runsc"
+        return
+    with pytest.raises(BackendUnavailableError, match="runsc") as caught:
+        await make_container(policy)
+    assert caught.value.code == "backend_unavailable"
+    assert caught.value.hint
