@@ -7,6 +7,8 @@ or not at all; ``aclose`` removes every container this orchestrator created, shi
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import anyio.abc
 
 from orchestrator.arguments import (
     check_code,
@@ -28,12 +31,17 @@ from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import InvalidArgumentError, QuotaExceededError, SessionNotFoundError
 from orchestrator.files import SessionFiles
 from orchestrator.history import CodeHistory
+from orchestrator.lifecycle import EndedSessions, eviction_candidate, expiry_reason, reap_interval
 from orchestrator.policy import Policy, load_policy
 from orchestrator.processes import SessionProcesses
 from orchestrator.protocol import InspectReply, ListVariablesReply
 from orchestrator.repl import ExecuteOutcome, Repl
 from orchestrator.sessions import Session, new_session_id
+from orchestrator.shell import PersistentShell
+from orchestrator.terminal import SessionTerminals
 from orchestrator.tools import TOOLS, ToolResult, call_tool
+
+log = logging.getLogger(__name__)
 
 # Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
 SHUTDOWN_TIMEOUT = 60.0
@@ -49,6 +57,8 @@ class OrchestratorConfig:
     extra_labels: dict[str, str] = field(default_factory=dict)
     busy_timeout: float = 30.0
     max_sessions: int = 100
+    # Upper bound on how often idle and lifetime limits are checked (seconds).
+    reap_interval: float = 30.0
 
 
 class ExecuteResult(ExecuteOutcome):
@@ -67,6 +77,9 @@ class Orchestrator:
         self._creating = 0
         self._policies: dict[str, Policy] = {}
         self._items: dict[tuple[str, str], str] = {}
+        self._ended = EndedSessions()
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._task_group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -81,12 +94,18 @@ class Orchestrator:
         await self.aclose()
 
     async def start(self) -> None:
+        """Check the engine, load the default policy, make sure the image exists, and open the
+        task group that owns every session's background tasks (terminal output pumps).
+
+        Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
         await self.backend.client.ping()
         self.policy(self.config.default_policy)
         if self._image is None:
             from orchestrator.images import ensure_worker_image
 
             self._image = (await ensure_worker_image(self.backend.client)).tag
+        self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
+        self._task_group.start_soon(self._reap_forever)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
@@ -94,6 +113,11 @@ class Orchestrator:
             async with anyio.create_task_group() as tg:
                 for session in sessions:
                     tg.start_soon(session.aclose, self.backend)
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+            self._task_group = None
+        # Outside the scopes above: the task group must be exited as the innermost scope.
+        await self._exit_stack.aclose()
 
     def policy(self, name: str | None) -> Policy:
         name = name or self.config.default_policy
@@ -116,15 +140,26 @@ class Orchestrator:
     ) -> Session:
         tenant = tenant or self.config.tenant
         effective = self.policy(policy)
+        await self._make_room()
         self._reserve(tenant, effective)
         try:
             return await self._build_session(tenant, effective)
         finally:
             self._creating -= 1
 
+    async def _make_room(self) -> None:
+        """At ``max_sessions``, end the least recently active idle session (seed 000's rule)."""
+        if len(self._sessions) + self._creating < self.config.max_sessions:
+            return
+        victim = eviction_candidate(self._sessions.values())
+        if victim is not None:
+            await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
+
     def _reserve(self, tenant: str, policy: Policy) -> None:
         if len(self._sessions) + self._creating >= self.config.max_sessions:
-            raise QuotaExceededError(f"max_sessions: {self.config.max_sessions} sessions exist")
+            raise QuotaExceededError(
+                f"max_sessions: {self.config.max_sessions} sessions exist and all are busy"
+            )
         owned = sum(1 for s in self._sessions.values() if s.tenant == tenant)
         if owned >= policy.limits.max_sessions_per_owner:
             limit = policy.limits.max_sessions_per_owner
@@ -132,7 +167,9 @@ class Orchestrator:
         self._creating += 1
 
     async def _build_session(self, tenant: str, policy: Policy) -> Session:
-        assert self._image is not None, "start() the orchestrator first"
+        task_group = self._task_group
+        if self._image is None or task_group is None:
+            raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
         session_id = new_session_id()
         spec = ContainerSpec(
             image=self._image,
@@ -143,33 +180,38 @@ class Orchestrator:
             extra_labels=self.config.extra_labels,
         )
         container_id = await self.backend.create_container(spec)
-        repl = Repl(self.backend, container_id, policy)
-        try:
-            await repl.start()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await repl.aclose()
-                await self.backend.remove_container(container_id)
-            raise
         session = Session(
             id=session_id,
             tenant=tenant,
             policy=policy,
             container_id=container_id,
-            repl=repl,
+            repl=Repl(self.backend, container_id, policy),
             files=SessionFiles(self.backend, container_id, policy),
             processes=SessionProcesses(self.backend, container_id, policy),
+            terminals=SessionTerminals(self.backend, container_id, policy),
+            shell=PersistentShell(self.backend, container_id, policy),
             history=CodeHistory(policy.python.max_history),
         )
+        try:
+            await session.repl.start()
+            await task_group.start(session.terminals.serve)
+        except BaseException:
+            await session.aclose(self.backend)  # shielded: the container never outlives this
+            raise
         self._sessions[session_id] = session
         return session
 
     def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
-        """The caller's session; unknown and not-yours are indistinguishable."""
+        """The caller's session; unknown and not-yours are indistinguishable. Its owner is told
+        why a session that ended on its own (idle, lifetime, eviction) is gone."""
         check_session_id(session_id)
+        tenant = tenant or self.config.tenant
         session = self._sessions.get(session_id)
-        if session is None or session.tenant != (tenant or self.config.tenant):
-            raise SessionNotFoundError(f"session not found: {session_id}")
+        if session is None or session.tenant != tenant:
+            ended = self._ended.reason(tenant, session_id)
+            suffix = f" (it ended: {ended})" if ended else ""
+            raise SessionNotFoundError(f"session not found: {session_id}{suffix}")
+        session.touch()
         return session
 
     async def open_session(
@@ -196,11 +238,32 @@ class Orchestrator:
         except SessionNotFoundError:
             raise SessionNotFoundError(f"{kind} not found: {item_id}") from None
 
-    async def destroy(self, session_id: str, *, tenant: str | None = None) -> None:
-        session = self.session(session_id, tenant=tenant)
-        self._sessions.pop(session.id, None)
+    async def destroy(self, session_id: Any, *, tenant: str | None = None) -> bool:
+        """End the caller's session; True if this call ended it, False if it had already ended
+        (destroy is idempotent for the owner). Unknown ids are ``session_not_found``."""
+        check_session_id(session_id)
+        if self._ended.reason(tenant or self.config.tenant, session_id) is not None:
+            return False
+        await self.end_session(self.session(session_id, tenant=tenant), "destroyed by its owner")
+        return True
+
+    async def end_session(self, session: Session, reason: str) -> None:
+        if self._sessions.pop(session.id, None) is None:
+            return
+        self._ended.record(session, reason)
         self._items = {key: sid for key, sid in self._items.items() if sid != session.id}
+        log.info("session %s of %s ended: %s", session.id, session.tenant, reason)
         await session.aclose(self.backend)
+
+    async def _reap_forever(self) -> None:
+        """End sessions past their idle timeout or maximum lifetime, for as long as we run."""
+        while True:
+            interval = reap_interval(self._sessions.values(), self.policy(None).timeouts.idle_s)
+            await anyio.sleep(min(interval, self.config.reap_interval))
+            for session in list(self._sessions.values()):
+                reason = expiry_reason(session)
+                if reason is not None:
+                    await self.end_session(session, reason)
 
     def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
         tenant = tenant or self.config.tenant

@@ -54,6 +54,8 @@ class ExecuteReply(_Frame):
     success: bool
     stdout: str = ""
     stderr: str = ""
+    stdout_bytes: int = Field(default=0, ge=0)
+    stderr_bytes: int = Field(default=0, ge=0)
     result_repr: str | None = None
     error_type: str | None = Field(default=None, max_length=128)
     error_message: str | None = None

@@ -43,6 +43,9 @@ class ExecuteOutcome(BaseModel):
     success: bool
     stdout: str = ""
     stderr: str = ""
+    # Bytes the code wrote to each stream, including what the caps cut away.
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
     result_repr: str | None = None
     error_type: str | None = None
     error_message: str | None = None

@@ -23,6 +23,8 @@ from orchestrator.history import CodeHistory
 from orchestrator.policy import Policy
 from orchestrator.processes import SessionProcesses
 from orchestrator.repl import Repl
+from orchestrator.shell import PersistentShell
+from orchestrator.terminal import SessionTerminals
 
 # 128 bits of randomness: ids are bearer-like, never guessable.
 SESSION_ID_BYTES = 16
@@ -41,11 +43,23 @@ class Session:
     repl: Repl
     files: SessionFiles
     processes: SessionProcesses
+    terminals: SessionTerminals
+    shell: PersistentShell
     history: CodeHistory
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started: float = field(default_factory=time.monotonic)
     last_active: float = field(default_factory=time.monotonic)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    calls_in_progress: int = 0
     closed: bool = False
+
+    @property
+    def busy(self) -> bool:
+        """In a call, or with a call waiting for the interpreter: not idle, not evictable."""
+        return self.calls_in_progress > 0 or self.lock.locked()
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
 
     @asynccontextmanager
     async def turn(self, *, busy_timeout: float) -> AsyncIterator[None]:
@@ -56,11 +70,13 @@ class Session:
             acquired = True
         if not acquired:
             raise BusyError(f"session {self.id} is busy with another call")
+        self.calls_in_progress += 1
         try:
-            self.last_active = time.monotonic()
+            self.touch()
             yield
         finally:
-            self.last_active = time.monotonic()
+            self.calls_in_progress -= 1
+            self.touch()
             self.lock.release()
 
     @property
@@ -71,5 +87,7 @@ class Session:
         """Stop the worker and remove the container; shielded so teardown always completes."""
         with anyio.CancelScope(shield=True):
             self.closed = True
+            await self.terminals.aclose()
+            await self.shell.aclose()
             await self.repl.aclose()
             await backend.remove_container(self.container_id)

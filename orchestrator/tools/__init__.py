@@ -4,13 +4,17 @@ from orchestrator.tools._base import Operation, Tool, ToolArgs, ToolResult, call
 from orchestrator.tools.files import FILES_TOOL
 from orchestrator.tools.process import PROCESS_TOOL
 from orchestrator.tools.python_repl import PYTHON_REPL
+from orchestrator.tools.terminal import TERMINAL_TOOL
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (PYTHON_REPL, PROCESS_TOOL, FILES_TOOL)}
+TOOLS: dict[str, Tool] = {
+    tool.name: tool for tool in (PYTHON_REPL, TERMINAL_TOOL, PROCESS_TOOL, FILES_TOOL)
+}
 
 __all__ = [
     "FILES_TOOL",
     "PROCESS_TOOL",
     "PYTHON_REPL",
+    "TERMINAL_TOOL",
     "TOOLS",
     "Operation",
     "Tool",

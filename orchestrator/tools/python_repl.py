@@ -62,8 +62,8 @@ async def _reset(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> F
 
 
 async def _destroy(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
-    await orch.destroy(args.session_id, tenant=tenant)
-    return {"session_id": args.session_id, "destroyed": True}
+    destroyed = await orch.destroy(args.session_id, tenant=tenant)
+    return {"session_id": args.session_id, "destroyed": destroyed}
 
 
 async def _list_sessions(orch: Orchestrator, tenant: str | None, args: NoArgs) -> Fields:

@@ -56,6 +56,9 @@ class CapturedOutput:
     stdout: bytes
     stderr: bytes
     truncated: bool
+    # Everything written, kept or not: the caller learns how much a cap cut away.
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
 
 
 class OutputCapture:
@@ -96,7 +99,13 @@ class OutputCapture:
                 self._read(read_end, buffers[read_end], _FINISH_READ_LIMIT)
         out, err = (buffers[read_end] for read_end, _ in self._pipes)
         truncated = bool(out.dropped or err.dropped)
-        return CapturedOutput(b"".join(out.chunks), b"".join(err.chunks), truncated)
+        return CapturedOutput(
+            b"".join(out.chunks),
+            b"".join(err.chunks),
+            truncated,
+            out.kept + out.dropped,
+            err.kept + err.dropped,
+        )
 
     def _read(self, fd: int, buffer: _Buffer | None, max_reads: int) -> None:
         """Move what the pipe holds now into ``buffer`` (None: discard). Caller holds the lock.

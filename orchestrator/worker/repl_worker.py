@@ -20,7 +20,7 @@ if __name__ == "__main__" and not __package__:
     sys.path.insert(0, os.path.dirname(_here))
     __package__ = os.path.basename(_here)
 
-from .capture import OutputCapture
+from .capture import CapturedOutput, OutputCapture
 from .config import CONFIG_ENV, ConfigError, WorkerConfig, parse_config
 from .executor import CellOutcome, Executor
 from .interrupts import InterruptGate
@@ -99,8 +99,7 @@ class Worker:
         self.gate.install()
         self.meter.start()
         compiled = self.executor.compile(code)
-        stdout = stderr = b""
-        truncated = False
+        captured = CapturedOutput(b"", b"", False)
         if isinstance(compiled, CellOutcome):
             outcome = compiled
         else:
@@ -109,12 +108,13 @@ class Worker:
                 outcome = self.executor.run(compiled)
             finally:
                 captured = self.capture.finish()
-            stdout, stderr, truncated = captured.stdout, captured.stderr, captured.truncated
         usage = self.meter.stop()
         return {
             "success": outcome.success,
-            "stdout": _text(stdout, self.config.max_stream_bytes),
-            "stderr": _text(stderr, self.config.max_stream_bytes),
+            "stdout": _text(captured.stdout, self.config.max_stream_bytes),
+            "stderr": _text(captured.stderr, self.config.max_stream_bytes),
+            "stdout_bytes": captured.stdout_bytes,
+            "stderr_bytes": captured.stderr_bytes,
             "result_repr": outcome.result_repr,
             "error_type": outcome.error_type,
             "error_message": outcome.error_message,
@@ -123,7 +123,7 @@ class Worker:
             "execution_time_ms": usage.execution_time_ms,
             "cpu_time_ms": usage.cpu_time_ms,
             "peak_memory_mb": usage.peak_memory_mb,
-            "truncated": truncated,
+            "truncated": captured.truncated,
             "interrupted": outcome.interrupted,
         }
 

@@ -4,6 +4,7 @@ the behaviours of issue 3 (validation, timeouts, crashes, concurrency, output)."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -289,3 +290,78 @@ async def test_history_context_keeps_recent_cells_whole_within_the_budget(
     assert len(context) <= 2000 * 4
     small = orch.history_context(sid, 30)
     assert len(small) <= 120
+
+
+async def test_output_without_newlines_binary_and_invalid_utf8_arrives_as_text(
+    orch: Orchestrator,
+) -> None:
+    code = "import os\nos.write(1, b'no newline \\xff\\xfe end')\nos.write(2, bytes(range(1, 32)))"
+    result = await orch.execute(code, policy="unrestricted-python")
+    assert result.stdout == "no newline \ufffd\ufffd end"
+    assert result.stderr == bytes(range(1, 32)).decode()
+    assert (result.stdout_bytes, result.stderr_bytes) == (17, 31)
+    assert not result.truncated
+
+
+async def test_a_gigabyte_of_output_costs_bounded_memory_and_reports_its_size(
+    orch: Orchestrator,
+) -> None:
+    code = "import os\nblock = b'x' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, block)"
+    with anyio.fail_after(120):
+        result = await orch.execute(code, policy="unrestricted-python", timeout_s=100)
+    limit = orch.policy("unrestricted-python").output.max_stream_bytes
+    assert result.success and result.truncated
+    assert len(result.stdout) == limit
+    assert result.stdout_bytes == 1 << 30
+
+
+async def test_at_max_sessions_the_least_recently_active_idle_session_is_evicted(
+    worker_image: ImageBuildResult,
+) -> None:
+    async with Orchestrator(config(worker_image.tag, max_sessions=2)) as orch:
+        oldest = (await orch.execute("1")).session_id
+        newer = (await orch.execute("2")).session_id
+        await orch.execute("3", session_id=oldest)  # now `newer` is the least recently active
+        third = await orch.execute("4")
+        assert {s["session_id"] for s in orch.list_sessions()} == {oldest, third.session_id}
+        with pytest.raises(SessionNotFoundError, match="evicted"):
+            await orch.execute("1", session_id=newer)
+
+
+async def test_idle_and_lifetime_limits_end_sessions_and_say_why(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    (tmp_path / "brief.toml").write_text(
+        'extends = "default"\n[timeouts]\nidle_s = 1\nmax_lifetime_s = 3\n'
+    )
+    settings = config(worker_image.tag, policy_dirs=(tmp_path,), reap_interval=0.2)
+    async with Orchestrator(settings) as orch:
+        idle = (await orch.execute("1", policy="brief")).session_id
+        busy = (await orch.execute("1", policy="brief")).session_id
+        with anyio.fail_after(20):
+            while any(s["session_id"] == idle for s in orch.list_sessions()):
+                await orch.execute("1", session_id=busy)  # activity keeps this one alive
+                await anyio.sleep(0.2)
+        assert any(s["session_id"] == busy for s in orch.list_sessions())
+        with pytest.raises(SessionNotFoundError, match="idle"):
+            await orch.execute("1", session_id=idle)
+        with anyio.fail_after(20), pytest.raises(SessionNotFoundError, match="lifetime"):
+            await keep_busy(orch, busy)
+
+
+async def keep_busy(orch: Orchestrator, session_id: str) -> None:
+    """Call the session every 0.2 s until it is gone (so only its lifetime can end it)."""
+    while True:
+        await orch.execute("1", session_id=session_id)
+        await anyio.sleep(0.2)
+
+
+async def test_destroy_is_idempotent_for_the_owner_and_not_found_for_others(
+    orch: Orchestrator,
+) -> None:
+    sid = (await orch.execute("1")).session_id
+    assert await orch.destroy(sid) is True
+    assert await orch.destroy(sid) is False
+    with pytest.raises(SessionNotFoundError) as caught:
+        await orch.destroy(sid, tenant="someone-else")
+    assert "ended" not in str(caught.value)

@@ -160,3 +160,68 @@ async def test_binary_files_round_trip_through_the_tool(orch: Orchestrator) -> N
     )
     read = await ok(orch, "files", operation="read", session_id=sid, path="b.bin")
     assert base64.b64decode(read["content_b64"]) == data
+
+
+async def test_the_shell_keeps_cwd_and_exports_and_sees_files_from_python(
+    orch: Orchestrator,
+) -> None:
+    first = await ok(orch, "terminal", operation="run", command="mkdir -p proj && cd proj")
+    sid = first["session_id"]
+    assert first["created_new_session"] and first["cwd"] == "/workspace/proj"
+    await ok(orch, "terminal", operation="run", session_id=sid, command="export GREETING=hi")
+    echoed = await ok(
+        orch, "terminal", operation="run", session_id=sid, command="echo $GREETING; pwd"
+    )
+    assert echoed["stdout"] == "hi\n/workspace/proj\n" and echoed["exit_code"] == 0
+    await ok(
+        orch,
+        "python_repl",
+        operation="execute",
+        session_id=sid,
+        code="1",
+    )
+    await ok(orch, "files", operation="write", session_id=sid, path="proj/n.txt", content="7")
+    cat = await ok(orch, "terminal", operation="run", session_id=sid, command="cat n.txt")
+    assert cat["stdout"] == "7"
+
+
+async def test_a_pty_program_that_asks_for_input_is_answered_through_write(
+    orch: Orchestrator,
+) -> None:
+    started = await ok(
+        orch,
+        "terminal",
+        operation="start",
+        command='read -p "name? " n; echo "hi $n"',
+        yield_time_ms=5000,
+    )
+    tid = started["terminal_id"]
+    assert "name?" in started["output"]
+    await ok(orch, "terminal", operation="write", terminal_id=tid, input_text="sbx\n")
+    seen = started["output"]
+    cursor = started["next_offset"]
+    with anyio.fail_after(20):
+        while "hi sbx" not in seen:
+            waited = await ok(
+                orch,
+                "terminal",
+                operation="wait",
+                terminal_id=tid,
+                since_offset=cursor,
+                timeout_ms=2000,
+            )
+            seen += waited["output"]
+            cursor = waited["next_offset"]
+    other = await orch.call("terminal", {"operation": "read", "terminal_id": tid}, tenant="eve")
+    assert other.structured["error_type"] == "session_not_found"
+
+
+async def test_command_rules_apply_to_terminals_and_the_shell(orch: Orchestrator) -> None:
+    denied = await orch.call("terminal", {"operation": "run", "command": "sudo true"})
+    assert denied.structured["error_type"] == "policy"
+    no_shell = await orch.call(
+        "terminal", {"operation": "start", "command": "ls", "policy": "strict"}
+    )
+    assert no_shell.structured["error_type"] == "policy"
+    assert "shell.enabled" in no_shell.structured["error_message"]
+    assert orch.list_sessions() == []  # refused before any session was made

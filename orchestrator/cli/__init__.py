@@ -1,0 +1,35 @@
+"""``sbx``: the command line. Presentation only: every command calls the library and shows what
+it returns; an sbx error becomes one line ``error: <code>: <message>`` and exit status 2."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from orchestrator.cli.image import image_app
+from orchestrator.cli.policy import policy_app
+from orchestrator.cli.run import run
+
+app = typer.Typer(
+    name="sbx",
+    help="Container-isolated Python sandboxes.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(image_app, name="image")
+app.add_typer(policy_app, name="policy")
+app.command("run")(run)
+
+
+def main() -> None:
+    """Console script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""``sbx image build``: the sandbox images, with a progress display."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated
+
+import anyio
+import typer
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+from orchestrator.backend.docker import DockerClient
+from orchestrator.cli._common import reported_errors, stderr, stdout, until_terminated
+from orchestrator.images import BuildProgress, ImageBuildResult, ensure_worker_image
+
+# A log line wider than this would wrap and make the live display jump.
+MAX_LOG_CHARS = 90
+
+image_app = typer.Typer(help="Build the sandbox images.", no_args_is_help=True)
+
+
+class RichBuildProgress:
+    """Shows each build step as a spinner line carrying the step's latest log line."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._tasks: dict[str, TaskID] = {}
+        self._current: TaskID | None = None
+
+    def step(self, name: str) -> None:
+        self._current = self._progress.add_task(name, total=1, last="")
+        self._tasks[name] = self._current
+
+    def log(self, line: str) -> None:
+        if self._current is not None:
+            text = line if len(line) <= MAX_LOG_CHARS else line[: MAX_LOG_CHARS - 1] + "…"
+            self._progress.update(self._current, last=text)
+
+    def done(self, name: str) -> None:
+        task = self._tasks.get(name)
+        if task is not None:
+            self._progress.update(task, completed=1)
+
+
+@image_app.command("build")
+def image_build(
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            help="Base image to build on: used if local, else pulled, else the Debian base "
+            "is built instead (default: env SBX_BASE_IMAGE, then BASE_IMAGE)."
+        ),
+    ] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(help="Debian suite for the debootstrapped base (default: this host's)."),
+    ] = None,
+) -> None:
+    """Build the worker image (and its base when needed); prints the image tag."""
+    with reported_errors(), _build_progress() as progress:
+        result = anyio.run(_ensure_image, base_image, suite, progress)
+    stdout.print(result.tag, markup=False)
+
+
+@contextlib.contextmanager
+def _build_progress() -> Iterator[BuildProgress]:
+    """A live display on a terminal; one line per finished step in a log (CI, a pipe)."""
+    if not stderr.is_terminal:
+        yield PlainBuildProgress()
+        return
+    columns = (
+        SpinnerColumn(finished_text="[green]✓[/]"),
+        TextColumn("{task.description:<16}"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}", markup=False, style="dim"),
+    )
+    with Progress(*columns, console=stderr, transient=False) as progress:
+        yield RichBuildProgress(progress)
+
+
+class PlainBuildProgress:
+    """Prints each finished step with its last log line, for output that is not a terminal."""
+
+    def __init__(self) -> None:
+        self._last = ""
+
+    def step(self, name: str) -> None:
+        self._last = ""
+
+    def log(self, line: str) -> None:
+        self._last = line
+
+    def done(self, name: str) -> None:
+        typer.echo(f"{name}: {self._last}" if self._last else name, err=True)
+
+
+async def _ensure_image(
+    base_image: str | None, suite: str | None, progress: BuildProgress
+) -> ImageBuildResult:
+    client = DockerClient()
+    try:
+        return await until_terminated(
+            ensure_worker_image(client, base_image=base_image, suite=suite, progress=progress)
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()

@@ -1,0 +1,202 @@
+"""The ``terminal`` tool (seed 002's terminals) and the persistent shell's ``run``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from orchestrator.command_policy import enforce
+from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+
+if TYPE_CHECKING:
+    from orchestrator.orchestrator import Orchestrator
+    from orchestrator.sessions import Session
+
+TERMINAL = "terminal"
+TERMINAL_ID = Field(description="A terminal id from `start`.")
+SESSION_ID = Field(None, description="Session to use; omit to create a new session.")
+POLICY = Field(None, description="Policy for a new session (only without session_id).")
+CONFIRM = Field(False, description="Confirm a command the policy marks as dangerous.")
+SINCE_SEQ = Field(None, description="Return output after this chunk sequence number.")
+SINCE_OFFSET = Field(None, description="Return output after this byte offset.")
+MAX_BYTES = Field(None, description="At most this many bytes of output.")
+MAX_CHARS = Field(None, description="At most this many characters (start and end are kept).")
+
+
+class StartArgs(ToolArgs):
+    command: str = Field(description="Shell command line (bash -c).")
+    session_id: str | None = SESSION_ID
+    policy: str | None = POLICY
+    use_pty: bool = Field(True, description="Run in a pseudo-terminal (else pipes).")
+    cwd: str | None = Field(None, description="Working directory under /workspace.")
+    env: dict[str, str] | None = Field(None, description="Extra environment variables.")
+    yield_time_ms: int = Field(1000, description="Return after this long at the latest.")
+    max_bytes: int | None = MAX_BYTES
+    max_output_chars: int | None = MAX_CHARS
+    confirm_dangerous: bool = CONFIRM
+
+
+class ReadArgs(ToolArgs):
+    terminal_id: str = TERMINAL_ID
+    since_seq: int | None = SINCE_SEQ
+    since_offset: int | None = SINCE_OFFSET
+    max_bytes: int | None = MAX_BYTES
+    max_output_chars: int | None = MAX_CHARS
+
+
+class WaitArgs(ReadArgs):
+    timeout_ms: int = Field(1000, description="Wait at most this long for new output or exit.")
+
+
+class WriteArgs(ToolArgs):
+    terminal_id: str = TERMINAL_ID
+    input_text: str = Field(description="Text to send to the terminal's input.")
+    close_stdin: bool = Field(False, description="Close input afterwards (pipes only).")
+
+
+class TerminalIdArgs(ToolArgs):
+    terminal_id: str = TERMINAL_ID
+
+
+class KillArgs(ToolArgs):
+    terminal_id: str = TERMINAL_ID
+    signal: str | int = Field("TERM", description="Signal name or number; KILL follows a grace.")
+
+
+class ResizeArgs(ToolArgs):
+    terminal_id: str = TERMINAL_ID
+    rows: int = Field(description="Rows of the PTY.")
+    cols: int = Field(description="Columns of the PTY.")
+
+
+class RunArgs(ToolArgs):
+    command: str = Field(description="Command for the session's persistent shell.")
+    session_id: str | None = SESSION_ID
+    policy: str | None = POLICY
+    timeout_s: float | None = Field(None, description="Seconds before it is interrupted.")
+    confirm_dangerous: bool = CONFIRM
+
+
+async def _command_session(
+    orch: Orchestrator, tenant: str | None, args: StartArgs | RunArgs
+) -> tuple[Session, bool, str]:
+    """Check the command against the policy it would run under, then find or create the session."""
+    if args.session_id is None:
+        policy = orch.policy(args.policy)
+        enforce(args.command, policy, confirm_dangerous=args.confirm_dangerous)
+    session, created = await orch.open_session(args.session_id, policy=args.policy, tenant=tenant)
+    command = enforce(args.command, session.policy, confirm_dangerous=args.confirm_dangerous)
+    return session, created, command
+
+
+async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
+    session, created, command = await _command_session(orch, tenant, args)
+    result = await session.terminals.start(
+        command,
+        use_pty=args.use_pty,
+        cwd=args.cwd,
+        env=args.env,
+        yield_time_ms=args.yield_time_ms,
+        max_bytes=args.max_bytes,
+        max_output_chars=args.max_output_chars,
+    )
+    orch.remember(TERMINAL, result.terminal_id, session)
+    return {"session_id": session.id, "created_new_session": created, **result.model_dump()}
+
+
+def _reading(args: ReadArgs) -> dict[str, Any]:
+    return {
+        "since_seq": args.since_seq,
+        "since_offset": args.since_offset,
+        "max_bytes": args.max_bytes,
+        "max_output_chars": args.max_output_chars,
+    }
+
+
+async def _read(orch: Orchestrator, tenant: str | None, args: ReadArgs) -> Fields:
+    session = orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    result = await session.terminals.read(args.terminal_id, **_reading(args))
+    return {"session_id": session.id, **result.model_dump()}
+
+
+async def _wait(orch: Orchestrator, tenant: str | None, args: WaitArgs) -> Fields:
+    session = orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    result = await session.terminals.wait(
+        args.terminal_id, timeout_ms=args.timeout_ms, **_reading(args)
+    )
+    orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)  # still theirs after the await
+    return {"session_id": session.id, **result.model_dump()}
+
+
+async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fields:
+    session = orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    status = await session.terminals.write(
+        args.terminal_id, args.input_text, close_stdin=args.close_stdin
+    )
+    return {"session_id": session.id, **status.model_dump()}
+
+
+async def _interrupt(orch: Orchestrator, tenant: str | None, args: TerminalIdArgs) -> Fields:
+    session = orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    status = await session.terminals.interrupt(args.terminal_id)
+    return {"session_id": session.id, **status.model_dump()}
+
+
+async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Fields:
+    session = orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    status = await session.terminals.kill(args.terminal_id, signal=args.signal)
+    return {"session_id": session.id, **status.model_dump()}
+
+
+async def _resize(orch: Orchestrator, tenant: str | None, args: ResizeArgs) -> Fields:
+    session = orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    status = await session.terminals.resize(args.terminal_id, args.rows, args.cols)
+    return {"session_id": session.id, **status.model_dump()}
+
+
+async def _run(orch: Orchestrator, tenant: str | None, args: RunArgs) -> Fields:
+    session, created, command = await _command_session(orch, tenant, args)
+    result = await session.shell.run(command, timeout_s=args.timeout_s)
+    fields: dict[str, Any] = {
+        "session_id": session.id,
+        "created_new_session": created,
+        **result.model_dump(),
+    }
+    if result.timed_out:
+        kept = "shell replaced, its state lost" if result.shell_restarted else "shell kept"
+        fields |= {
+            "success": False,
+            "error_type": "timeout",
+            "error_message": f"command timed out ({kept})",
+        }
+    return fields
+
+
+TERMINAL_TOOL = Tool(
+    name="terminal",
+    description=(
+        "Commands in a session's container: terminals (PTY or pipes) with output cursors, "
+        "input, signals and resize; and `run` in a persistent shell that keeps cwd and exports."
+    ),
+    operations={
+        op.name: op
+        for op in (
+            Operation(
+                "start",
+                "start a command; returns at first output, exit or yield time",
+                StartArgs,
+                _start,
+            ),
+            Operation("read", "output since a cursor, without waiting", ReadArgs, _read),
+            Operation("wait", "wait for new output or exit, then read", WaitArgs, _wait),
+            Operation("write", "send input (close_stdin for pipes)", WriteArgs, _write),
+            Operation(
+                "interrupt", "SIGINT to the terminal's process group", TerminalIdArgs, _interrupt
+            ),
+            Operation("kill", "a signal, then KILL after a grace", KillArgs, _kill),
+            Operation("resize", "resize the PTY", ResizeArgs, _resize),
+            Operation("run", "run in the session's persistent shell", RunArgs, _run),
+        )
+    },
+)
