@@ -26,7 +26,7 @@ from orchestrator.arguments import (
     check_timeout,
     check_variable,
 )
-from orchestrator.backend.base import ContainerSpec
+from orchestrator.backend.base import LABEL_ORCHESTRATOR, ContainerSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import InvalidArgumentError, QuotaExceededError, SessionNotFoundError
 from orchestrator.files import SessionFiles
@@ -254,6 +254,15 @@ class Orchestrator:
         self._items = {key: sid for key, sid in self._items.items() if sid != session.id}
         log.info("session %s of %s ended: %s", session.id, session.tenant, reason)
         await session.aclose(self.backend)
+
+    async def drop_vanished_sessions(self) -> None:
+        """End every session whose container the engine no longer has (removed from outside)."""
+        alive = set(
+            await self.backend.list_containers({LABEL_ORCHESTRATOR: self.config.orchestrator_id})
+        )
+        for session in list(self._sessions.values()):
+            if session.container_id not in alive:
+                await self.end_session(session, "its container disappeared")
 
     async def _reap_forever(self) -> None:
         """End sessions past their idle timeout or maximum lifetime, for as long as we run."""

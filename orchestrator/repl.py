@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.docker import DockerBackend, NotFoundError
 from orchestrator.errors import BackendError, ProcessCrashedError
 from orchestrator.policy import Policy
 from orchestrator.protocol import (
@@ -149,7 +149,10 @@ class Repl:
         return _crash_outcome(cause)
 
     async def _crash_cause(self, worker: WorkerProcess, started: float) -> str:
-        code = await worker.exit_code()
+        try:
+            code = await worker.exit_code()
+        except NotFoundError:
+            return "its container is gone"
         # The engine records the OOM event a moment after the process dies.
         oom = await self._backend.oom_kills(
             self._container_id, since=started - 1, until=time.time() + 0.2

@@ -7,6 +7,7 @@ and process operations are independent short execs and do not take the lock.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 import anyio
 
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.errors import BusyError
+from orchestrator.errors import BusyError, OrchestratorError
 from orchestrator.files import SessionFiles
 from orchestrator.history import CodeHistory
 from orchestrator.policy import Policy
@@ -25,6 +26,8 @@ from orchestrator.processes import SessionProcesses
 from orchestrator.repl import Repl
 from orchestrator.shell import PersistentShell
 from orchestrator.terminal import SessionTerminals
+
+log = logging.getLogger(__name__)
 
 # 128 bits of randomness: ids are bearer-like, never guessable.
 SESSION_ID_BYTES = 16
@@ -84,10 +87,16 @@ class Session:
         return time.monotonic() - self.last_active
 
     async def aclose(self, backend: DockerBackend) -> None:
-        """Stop the worker and remove the container; shielded so teardown always completes."""
+        """Stop what runs in the session and remove its container. Shielded, and each step runs
+        even when an earlier one failed (the container may already be gone): the container is
+        always removed, or the failure to remove it is raised."""
         with anyio.CancelScope(shield=True):
             self.closed = True
-            await self.terminals.aclose()
-            await self.shell.aclose()
-            await self.repl.aclose()
+            for part in (self.terminals, self.shell, self.repl):
+                try:
+                    await part.aclose()
+                except OrchestratorError as exc:
+                    log.warning(
+                        "session %s: closing %s failed: %s", self.id, type(part).__name__, exc
+                    )
             await backend.remove_container(self.container_id)

@@ -19,6 +19,7 @@ import anyio
 
 from orchestrator.backend.base import STDOUT, ExecSpec, ExecStream
 from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import BackendError
 from orchestrator.protocol import (
     PROTOCOL_VERSION,
     FatalFrame,
@@ -155,10 +156,14 @@ class WorkerProcess:
     async def kill(self) -> None:
         """SIGKILL the worker and release its stream; safe to call more than once."""
         with anyio.CancelScope(shield=True):
-            if self.alive and self.pid:
-                await self.signal("KILL")
-            self.alive = False
-            await self._stream.aclose()
+            try:
+                if self.alive and self.pid:
+                    await self.signal("KILL")
+            except BackendError:
+                pass  # the container is gone, and the worker with it
+            finally:
+                self.alive = False
+                await self._stream.aclose()
 
     async def exit_code(self) -> int | None:
         return await self._backend.wait_exec_exit(self.exec_id, timeout=5.0)

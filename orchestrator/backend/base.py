@@ -75,6 +75,14 @@ class ContainerState:
     pid: int | None
 
 
+@dataclass(frozen=True)
+class ContainerSummary:
+    id: str
+    labels: dict[str, str]
+    state: str
+    created: float
+
+
 class ExecStream(Protocol):
     """An attached exec: stdin in, (stream, bytes) chunks out. ``receive`` returns None at EOF."""
 

@@ -10,6 +10,7 @@ import typer
 from orchestrator.cli.image import image_app
 from orchestrator.cli.policy import policy_app
 from orchestrator.cli.run import run
+from orchestrator.cli.sessions import kill, ps
 
 app = typer.Typer(
     name="sbx",
@@ -20,6 +21,8 @@ app = typer.Typer(
 app.add_typer(image_app, name="image")
 app.add_typer(policy_app, name="policy")
 app.command("run")(run)
+app.command("ps")(ps)
+app.command("kill")(kill)
 
 
 def main() -> None:

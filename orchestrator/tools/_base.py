@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.errors import InvalidArgumentError, OrchestratorError
+from orchestrator.backend.docker import NotFoundError
+from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
 
 if TYPE_CHECKING:
     from orchestrator.orchestrator import Orchestrator
@@ -90,7 +91,12 @@ async def call_tool(
     try:
         operation = _operation(tool, arguments)
         args = _parse(operation, arguments)
-        fields = await operation.handler(orchestrator, tenant, args)
+        try:
+            fields = await operation.handler(orchestrator, tenant, args)
+        except NotFoundError as exc:
+            # A container the engine no longer has: whatever removed it, its session is over.
+            await orchestrator.drop_vanished_sessions()
+            raise SessionNotFoundError("the session's container is gone") from exc
     except OrchestratorError as exc:
         fields = {"success": False, **exc.to_dict()}
     except Exception:

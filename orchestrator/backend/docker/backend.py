@@ -17,6 +17,7 @@ from orchestrator.backend.base import (
     STDERR,
     ContainerSpec,
     ContainerState,
+    ContainerSummary,
     ExecResult,
     ExecSpec,
 )
@@ -96,6 +97,21 @@ class DockerBackend:
             lambda sdk: sdk.api.containers(all=True, quiet=True, filters=filters)
         )
         return [str(entry["Id"]) for entry in found]
+
+    async def describe_containers(self, labels: list[str]) -> list[ContainerSummary]:
+        """Containers carrying every label filter (``key`` or ``key=value``), as the engine lists
+        them: id, labels, state, creation time."""
+        filters = {"label": labels}
+        found = await self.client.call(lambda sdk: sdk.api.containers(all=True, filters=filters))
+        return [
+            ContainerSummary(
+                id=str(entry["Id"]),
+                labels=dict(entry.get("Labels") or {}),
+                state=str(entry.get("State", "unknown")),
+                created=float(entry.get("Created", 0)),
+            )
+            for entry in found
+        ]
 
     async def open_exec(self, container_id: str, spec: ExecSpec) -> AttachedExec:
         _check_exec_spec(spec)

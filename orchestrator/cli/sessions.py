@@ -1,0 +1,65 @@
+"""``sbx ps`` and ``sbx kill``: the sandboxes on this engine, for ops."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import anyio
+import typer
+from rich.table import Table
+
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.cli._common import reported_errors, stdout
+from orchestrator.fleet import FleetEntry, kill_session, list_fleet
+
+
+def ps(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every sbx session container on this engine: owner, policy, age, memory."""
+    with reported_errors():
+        entries = anyio.run(_with_backend_list)
+    if as_json:
+        stdout.print(json.dumps([e.to_dict() for e in entries], indent=2), markup=False)
+        return
+    table = Table("SESSION", "TENANT", "POLICY", "STATE", "AGE", "MEMORY", "ORCHESTRATOR")
+    for e in entries:
+        memory = "-" if e.memory_mb is None else f"{e.memory_mb:.1f} MiB"
+        table.add_row(
+            e.session_id, e.tenant, e.policy, e.state, _age(e.age_s), memory, e.orchestrator_id
+        )
+    stdout.print(table)
+
+
+def kill(
+    session_id: Annotated[str, typer.Argument(help="The session to end (from `sbx ps`).")],
+) -> None:
+    """End one session by removing its container."""
+    with reported_errors():
+        removed = anyio.run(_with_backend_kill, session_id)
+    stdout.print(f"removed {removed} container(s) of session {session_id}", markup=False)
+
+
+async def _with_backend_list() -> list[FleetEntry]:
+    backend = DockerBackend()
+    try:
+        return await list_fleet(backend)
+    finally:
+        await backend.aclose()
+
+
+async def _with_backend_kill(session_id: str) -> int:
+    backend = DockerBackend()
+    try:
+        return await kill_session(backend, session_id)
+    finally:
+        await backend.aclose()
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

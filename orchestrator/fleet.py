@@ -1,0 +1,78 @@
+"""What sbx runs on this engine, seen from the engine alone: every container labelled by sbx,
+whoever started it. For ops: it needs no running orchestrator, so it also shows what a crashed
+one left behind. It never touches a container without the sbx labels."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+
+from orchestrator.backend.base import (
+    LABEL_ORCHESTRATOR,
+    LABEL_POLICY_NAME,
+    LABEL_SESSION,
+    LABEL_TENANT,
+)
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import SessionNotFoundError
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    session_id: str
+    tenant: str
+    policy: str
+    orchestrator_id: str
+    state: str
+    age_s: float
+    memory_mb: float | None
+    container_id: str
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+async def list_fleet(backend: DockerBackend, *, with_memory: bool = True) -> list[FleetEntry]:
+    containers = await backend.describe_containers([LABEL_SESSION, LABEL_ORCHESTRATOR])
+    memory: dict[str, float | None] = {c.id: None for c in containers}
+
+    async def measure(container_id: str) -> None:
+        stats = await backend.stats(container_id)
+        memory[container_id] = round(stats["memory_bytes"] / MIB, 1)
+
+    if with_memory:
+        async with anyio.create_task_group() as tg:
+            for container in containers:
+                if container.state == "running":
+                    tg.start_soon(measure, container.id)
+    now = time.time()
+    entries = [
+        FleetEntry(
+            session_id=c.labels.get(LABEL_SESSION, ""),
+            tenant=c.labels.get(LABEL_TENANT, ""),
+            policy=c.labels.get(LABEL_POLICY_NAME, ""),
+            orchestrator_id=c.labels.get(LABEL_ORCHESTRATOR, ""),
+            state=c.state,
+            age_s=round(max(now - c.created, 0.0), 1),
+            memory_mb=memory[c.id],
+            container_id=c.id[:12],
+        )
+        for c in containers
+    ]
+    return sorted(entries, key=lambda e: e.age_s)
+
+
+async def kill_session(backend: DockerBackend, session_id: str) -> int:
+    """Remove the container(s) of one sbx session; how many were removed."""
+    if not session_id or "=" in session_id or "," in session_id:
+        raise SessionNotFoundError(f"session not found: {session_id}")
+    found = await backend.describe_containers([f"{LABEL_SESSION}={session_id}", LABEL_ORCHESTRATOR])
+    if not found:
+        raise SessionNotFoundError(f"session not found: {session_id}")
+    for container in found:
+        await backend.remove_container(container.id)
+    return len(found)
