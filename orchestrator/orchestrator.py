@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,21 @@ class OrchestratorConfig:
     max_sessions: int = 100
     # Upper bound on how often idle and lifetime limits are checked (seconds).
     reap_interval: float = 30.0
+
+    @classmethod
+    def from_env(cls, **settings: Any) -> OrchestratorConfig:
+        """Settings from the environment, for the CLI: ``SBX_IMAGE`` (use this image, do not
+        build), ``SBX_POLICY`` (default policy), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to
+        every container); explicit ``settings`` win."""
+        env: dict[str, Any] = {}
+        if image := os.environ.get("SBX_IMAGE"):
+            env["image"] = image
+        if policy := os.environ.get("SBX_POLICY"):
+            env["default_policy"] = policy
+        if labels := os.environ.get("SBX_EXTRA_LABELS"):
+            pairs = [item.partition("=") for item in labels.split(",") if item]
+            env["extra_labels"] = {key: value for key, _, value in pairs if key}
+        return cls(**(env | settings))
 
 
 class ExecuteResult(ExecuteOutcome):

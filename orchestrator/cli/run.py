@@ -1,38 +1,123 @@
-"""``sbx run``: one-shot code in a throwaway sandbox."""
+"""``sbx run``: one-shot code or command in a throwaway sandbox, its exit status passed through."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
 
-from orchestrator.cli._common import reported_errors, stdout, until_terminated
-from orchestrator.orchestrator import ExecuteResult, Orchestrator, OrchestratorConfig
+from orchestrator.cli._common import EXIT_ERROR, reported_errors, until_terminated
+from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 
 
 def run(
-    code: Annotated[str, typer.Option("--code", help="Python code to run.")],
-    policy: Annotated[str | None, typer.Option(help="Policy name or file.")] = None,
+    code: Annotated[str | None, typer.Option("--code", help="Python code to run.")] = None,
+    command: Annotated[
+        str | None, typer.Option("--command", help="A shell command line to run.")
+    ] = None,
+    policy: Annotated[str | None, typer.Option(help="Name of the policy to run under.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds before it is stopped.")] = None,
 ) -> None:
-    """Run code in a throwaway sandbox; its output is printed and its failure is the exit status."""
+    """Run code or a command in a throwaway sandbox. Output is printed; the exit status is the
+    command's, or 1 when the code failed."""
+    if (code is None) == (command is None):
+        typer.echo("error: invalid_argument: give exactly one of --code and --command", err=True)
+        raise typer.Exit(EXIT_ERROR)
     with reported_errors():
-        result = anyio.run(_run_once, code, policy, timeout)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
-    if result.result_repr is not None:
-        stdout.print(result.result_repr, markup=False)
-    if not result.success:
-        typer.echo(f"{result.error_type}: {result.error_message}", err=True)
-        if result.traceback:
-            typer.echo(result.traceback.rstrip(), err=True)
-        raise typer.Exit(1)
+        if code is not None:
+            arguments = {
+                "operation": "execute",
+                "code": code,
+                "policy": policy,
+                "timeout_s": timeout,
+            }
+            result = anyio.run(_run_once, "python_repl", _given(arguments))
+        else:
+            result = anyio.run(
+                _run_command, _given({"command": command, "policy": policy}), timeout
+            )
+    raise typer.Exit(_show(result))
 
 
-async def _run_once(code: str, policy: str | None, timeout: float | None) -> ExecuteResult:
-    config = OrchestratorConfig(orchestrator_id=f"sbx-run-{secrets.token_hex(4)}")
-    async with Orchestrator(config) as orchestrator:
-        return await until_terminated(orchestrator.execute(code, policy=policy, timeout_s=timeout))
+def _given(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in arguments.items() if value is not None}
+
+
+def _orchestrator() -> Orchestrator:
+    return Orchestrator(
+        OrchestratorConfig.from_env(orchestrator_id=f"sbx-run-{secrets.token_hex(4)}")
+    )
+
+
+async def _run_once(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async with _orchestrator() as orchestrator:
+        result = await until_terminated(orchestrator.call(tool, arguments))
+        return result.structured
+
+
+async def _run_command(arguments: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    """A terminal with pipes (a plain ``bash -c``), its output streamed as it comes; stdout and
+    stderr arrive together, in order, as they do in a terminal."""
+    async with _orchestrator() as orchestrator:
+
+        async def until_exit() -> dict[str, Any]:
+            start = {"operation": "start", "use_pty": False, "yield_time_ms": 0, **arguments}
+            result = (await orchestrator.call("terminal", start)).structured
+            while result["success"]:
+                sys.stdout.write(result.get("output", ""))
+                sys.stdout.flush()
+                if result["state"] != "running":
+                    return result | {"output": ""}
+                wait = {
+                    "operation": "wait",
+                    "terminal_id": result["terminal_id"],
+                    "since_offset": result["next_offset"],
+                    "timeout_ms": 10_000,
+                }
+                result = (await orchestrator.call("terminal", wait)).structured
+            return result
+
+        try:
+            with anyio.fail_after(timeout) if timeout else contextlib.nullcontext():
+                return await until_terminated(until_exit())
+        except TimeoutError:
+            message = f"the command did not finish within {timeout:g} s"
+            return {"success": False, "error_type": "timeout", "error_message": message}
+
+
+def _show(result: dict[str, Any]) -> int:
+    """Print a result as a terminal user expects it; the exit status to pass on."""
+    sys.stdout.write(result.get("stdout") or "")
+    sys.stderr.write(result.get("stderr") or "")
+    if result.get("result_repr") is not None:
+        sys.stdout.write(f"{result['result_repr']}\n")
+    if isinstance(result.get("exit_code"), int) and not result.get("timed_out"):
+        return int(result["exit_code"])
+    if result["success"]:
+        return 0
+    sys.stderr.write(f"{result.get('error_type')}: {result.get('error_message')}\n")
+    if result.get("traceback"):
+        sys.stderr.write(str(result["traceback"]).rstrip() + "\n")
+    if result.get("error_type") == "timeout":
+        return EXIT_TIMEOUT
+    return EXIT_ERROR if result.get("error_type") in _SBX_ERRORS else 1
+
+
+# As coreutils' timeout(1) exits when the command ran out of time.
+EXIT_TIMEOUT = 124
+# Failures of sbx itself (as opposed to the user's code) exit like every other sbx error.
+_SBX_ERRORS = frozenset(
+    {
+        "invalid_argument",
+        "session_not_found",
+        "quota_exceeded",
+        "policy",
+        "busy",
+        "backend_unavailable",
+        "internal",
+    }
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,17 +12,22 @@ import pytest
 
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator
+from tests.conftest import RUN_ID, TEST_RUN_LABEL
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 
-def sbx(*args: str) -> subprocess.CompletedProcess[str]:
+def sbx(*args: str, image: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SBX_EXTRA_LABELS=f"{TEST_RUN_LABEL}={RUN_ID}")
+    if image:
+        env["SBX_IMAGE"] = image
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
 
 
@@ -65,3 +71,24 @@ async def test_a_session_whose_container_was_removed_outside_sbx_ends_cleanly(
         assert (await orch.call("python_repl", {"operation": "execute", "code": "1"})).structured[
             "success"
         ]
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "out", "err"),
+    [
+        (["--code", "print(6 * 7)"], 0, "42\n", ""),
+        (["--code", "1 / 0"], 1, "", "ZeroDivisionError"),
+        (["--command", "echo hi; echo oops >&2; exit 3"], 3, "hi\noops\n", ""),
+        (["--command", "sudo id"], 2, "", "policy"),
+        (["--command", "sleep 30", "--timeout", "2"], 124, "", "timeout"),
+        (["--code", "1", "--command", "true"], 2, "", "invalid_argument"),
+    ],
+    ids=["code", "code-fails", "command-status", "policy", "timeout", "both"],
+)
+def test_run_passes_the_exit_status_through(
+    worker_image: ImageBuildResult, args: list[str], status: int, out: str, err: str
+) -> None:
+    result = sbx("run", *args, image=worker_image.tag)
+    assert result.returncode == status, result.stderr
+    assert result.stdout == out
+    assert err in result.stderr
