@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -225,3 +226,61 @@ async def test_command_rules_apply_to_terminals_and_the_shell(orch: Orchestrator
     assert no_shell.structured["error_type"] == "policy"
     assert "shell.enabled" in no_shell.structured["error_message"]
     assert orch.list_sessions() == []  # refused before any session was made
+
+
+FORK_BOMB = (
+    "python3 -c 'import os\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.fork()\n"
+    "    except OSError:\n"
+    "        pass'"
+)
+
+
+async def test_a_fork_bomb_in_a_terminal_hurts_only_its_own_session(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    (tmp_path / "few-pids.toml").write_text('extends = "default"\n[resources]\npids = 32\n')
+    async with Orchestrator(config(worker_image.tag, policy_dirs=(tmp_path,))) as orch:
+        bombed = await ok(orch, "terminal", operation="run", command="true", policy="few-pids")
+        other = await ok(orch, "python_repl", operation="execute", code="x = 1")
+        started = await ok(
+            orch,
+            "terminal",
+            operation="start",
+            session_id=bombed["session_id"],
+            command=FORK_BOMB,
+            use_pty=False,
+            yield_time_ms=2000,
+        )
+        with anyio.fail_after(60):
+            for _ in range(5):  # the neighbour answers, again and again, while the bomb runs
+                result = await ok(
+                    orch,
+                    "python_repl",
+                    operation="execute",
+                    session_id=other["session_id"],
+                    code="x += 1\nx",
+                )
+            shell = await ok(
+                orch,
+                "terminal",
+                operation="run",
+                session_id=other["session_id"],
+                command="echo fine",
+            )
+        assert result["result_repr"] == "6" and shell["stdout"] == "fine\n"
+        killed = await ok(
+            orch, "terminal", operation="kill", terminal_id=started["terminal_id"], signal="KILL"
+        )
+        assert killed["state"] == "exited"
+        with anyio.fail_after(60):
+            recovered = await ok(
+                orch,
+                "terminal",
+                operation="run",
+                session_id=bombed["session_id"],
+                command="echo back",
+            )
+        assert recovered["stdout"] == "back\n"
