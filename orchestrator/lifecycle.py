@@ -20,14 +20,28 @@ MAX_REAP_INTERVAL = 30.0
 
 
 def expiry_reason(session: Session, now: float | None = None) -> str | None:
-    """Why ``session`` should end now, or None. A session in the middle of a call is not idle."""
+    """Why ``session`` should end now, or None. A session in the middle of a call is not idle;
+    one whose policy pauses idle sessions ends only at its maximum lifetime."""
     now = time.monotonic() if now is None else now
     timeouts = session.policy.timeouts
     if now - session.started >= timeouts.max_lifetime_s:
         return f"maximum lifetime ({timeouts.max_lifetime_s:g} s) reached"
-    if not session.busy and now - session.last_active >= timeouts.idle_s:
+    if timeouts.idle_action == "destroy" and is_idle(session, now):
         return f"idle for {timeouts.idle_s:g} s"
     return None
+
+
+def should_pause(session: Session, now: float | None = None) -> bool:
+    now = time.monotonic() if now is None else now
+    return (
+        session.policy.timeouts.idle_action == "pause"
+        and not session.paused
+        and is_idle(session, now)
+    )
+
+
+def is_idle(session: Session, now: float) -> bool:
+    return not session.busy and now - session.last_active >= session.policy.timeouts.idle_s
 
 
 def eviction_candidate(sessions: Iterable[Session]) -> Session | None:

@@ -29,10 +29,22 @@ from orchestrator.arguments import (
 )
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, ContainerSpec
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.errors import InvalidArgumentError, QuotaExceededError, SessionNotFoundError
+from orchestrator.errors import (
+    BackendError,
+    BusyError,
+    InvalidArgumentError,
+    QuotaExceededError,
+    SessionNotFoundError,
+)
 from orchestrator.files import SessionFiles
 from orchestrator.history import CodeHistory
-from orchestrator.lifecycle import EndedSessions, eviction_candidate, expiry_reason, reap_interval
+from orchestrator.lifecycle import (
+    EndedSessions,
+    eviction_candidate,
+    expiry_reason,
+    reap_interval,
+    should_pause,
+)
 from orchestrator.policy import Policy, load_policy
 from orchestrator.processes import SessionProcesses
 from orchestrator.protocol import InspectReply, ListVariablesReply
@@ -217,9 +229,16 @@ class Orchestrator:
         self._sessions[session_id] = session
         return session
 
-    def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
-        """The caller's session; unknown and not-yours are indistinguishable. Its owner is told
-        why a session that ended on its own (idle, lifetime, eviction) is gone."""
+    async def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
+        """The caller's session, ready for work (resumed if it was paused)."""
+        session = self.find_session(session_id, tenant=tenant)
+        if session.paused:
+            await self._thaw(session)
+        return session
+
+    def find_session(self, session_id: Any, *, tenant: str | None = None) -> Session:
+        """The caller's session as it is; unknown and not-yours are indistinguishable. Its owner
+        is told why a session that ended on its own (idle, lifetime, eviction) is gone."""
         check_session_id(session_id)
         tenant = tenant or self.config.tenant
         session = self._sessions.get(session_id)
@@ -238,21 +257,52 @@ class Orchestrator:
             return await self.create_session(policy=check_policy_name(policy), tenant=tenant), True
         if policy is not None:
             raise InvalidArgumentError("policy applies only when a new session is created")
-        return self.session(session_id, tenant=tenant), False
+        return await self.session(session_id, tenant=tenant), False
 
     def remember(self, kind: str, item_id: str, session: Session) -> None:
         """Index an id made inside a session (a process, a terminal) for lookups by id alone."""
         self._items[(kind, item_id)] = session.id
 
-    def session_of(self, kind: str, item_id: Any, *, tenant: str | None = None) -> Session:
+    async def session_of(self, kind: str, item_id: Any, *, tenant: str | None = None) -> Session:
         """The caller's session holding ``item_id``; unknown and not-yours answer alike."""
         if not isinstance(item_id, str) or not 0 < len(item_id) <= 128:
             raise InvalidArgumentError(f"{kind}_id must be a string of 1 to 128 characters")
         session_id = self._items.get((kind, item_id))
         try:
-            return self.session(session_id or "-", tenant=tenant)
+            session = self.find_session(session_id or "-", tenant=tenant)
         except SessionNotFoundError:
             raise SessionNotFoundError(f"{kind} not found: {item_id}") from None
+        return await self.session(session.id, tenant=tenant)
+
+    # -- pause and resume -----------------------------------------------------------------
+
+    async def pause(self, session_id: Any, *, tenant: str | None = None) -> bool:
+        """Freeze the session's container (cgroup freezer); False if it was already paused.
+        A session in the middle of a call is ``busy``: freezing it would stall that call."""
+        session = self.find_session(session_id, tenant=tenant)
+        async with session.state_lock:
+            if session.paused:
+                return False
+            if session.busy:
+                raise BusyError(f"session {session.id} is in the middle of a call")
+            await self.backend.pause(session.container_id)
+            session.paused = True
+        log.info("session %s paused", session.id)
+        return True
+
+    async def resume(self, session_id: Any, *, tenant: str | None = None) -> bool:
+        """Thaw a paused session; False if it was running. Any call on it does this too."""
+        session = self.find_session(session_id, tenant=tenant)
+        return await self._thaw(session)
+
+    async def _thaw(self, session: Session) -> bool:
+        async with session.state_lock:
+            if not session.paused:
+                return False
+            await self.backend.unpause(session.container_id)
+            session.paused = False
+        session.touch()
+        return True
 
     async def destroy(self, session_id: Any, *, tenant: str | None = None) -> bool:
         """End the caller's session; True if this call ended it, False if it had already ended
@@ -260,7 +310,8 @@ class Orchestrator:
         check_session_id(session_id)
         if self._ended.reason(tenant or self.config.tenant, session_id) is not None:
             return False
-        await self.end_session(self.session(session_id, tenant=tenant), "destroyed by its owner")
+        session = self.find_session(session_id, tenant=tenant)
+        await self.end_session(session, "destroyed by its owner")
         return True
 
     async def end_session(self, session: Session, reason: str) -> None:
@@ -289,6 +340,9 @@ class Orchestrator:
                 reason = expiry_reason(session)
                 if reason is not None:
                     await self.end_session(session, reason)
+                elif should_pause(session):
+                    with contextlib.suppress(BusyError, BackendError):
+                        await self.pause(session.id, tenant=session.tenant)
 
     def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
         tenant = tenant or self.config.tenant
@@ -331,7 +385,7 @@ class Orchestrator:
         )
 
     async def reset(self, session_id: Any, *, tenant: str | None = None) -> None:
-        session = self.session(session_id, tenant=tenant)
+        session = await self.session(session_id, tenant=tenant)
         async with session.turn(busy_timeout=self.config.busy_timeout):
             await session.repl.reset()
             session.history.clear()
@@ -339,7 +393,7 @@ class Orchestrator:
     async def list_variables(
         self, session_id: Any, *, tenant: str | None = None
     ) -> ListVariablesReply:
-        session = self.session(session_id, tenant=tenant)
+        session = await self.session(session_id, tenant=tenant)
         async with session.turn(busy_timeout=self.config.busy_timeout):
             return await session.repl.list_variables()
 
@@ -347,15 +401,15 @@ class Orchestrator:
         self, session_id: Any, variable_name: Any, *, tenant: str | None = None
     ) -> InspectReply:
         check_variable(variable_name)
-        session = self.session(session_id, tenant=tenant)
+        session = await self.session(session_id, tenant=tenant)
         async with session.turn(busy_timeout=self.config.busy_timeout):
             return await session.repl.inspect(variable_name)
 
     def history(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, object]]:
-        return [e.to_dict() for e in self.session(session_id, tenant=tenant).history.entries]
+        return [e.to_dict() for e in self.find_session(session_id, tenant=tenant).history.entries]
 
     def history_context(
         self, session_id: Any, max_tokens: Any = 50_000, *, tenant: str | None = None
     ) -> str:
         check_max_tokens(max_tokens)
-        return self.session(session_id, tenant=tenant).history.context(max_tokens)
+        return self.find_session(session_id, tenant=tenant).history.context(max_tokens)

@@ -70,6 +70,8 @@ class TimeoutsConfig(_Section):
     max_command_s: float = Field(300.0, ge=0.1, le=86400)
     kill_grace_s: float = Field(2.0, ge=0.05, le=60)
     idle_s: float = Field(600.0, ge=1, le=7 * 86400)
+    # What happens to a session idle for idle_s: removed, or frozen until its next call.
+    idle_action: Literal["destroy", "pause"] = "destroy"
     max_lifetime_s: float = Field(4 * 3600.0, ge=1, le=30 * 86400)
 
     @model_validator(mode="after")

@@ -53,6 +53,9 @@ class Session:
     started: float = field(default_factory=time.monotonic)
     last_active: float = field(default_factory=time.monotonic)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # Guards pause/resume so two calls never thaw (or freeze) the container at once.
+    state_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    paused: bool = False
     calls_in_progress: int = 0
     closed: bool = False
 

@@ -40,7 +40,7 @@ class UploadArgs(ToolArgs):
 
 
 async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fields:
-    session = orch.session(args.session_id, tenant=tenant)
+    session = await orch.session(args.session_id, tenant=tenant)
     result = await session.files.write(
         args.path,
         content=args.content,
@@ -51,23 +51,23 @@ async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fie
 
 
 async def _read(orch: Orchestrator, tenant: str | None, args: PathArgs) -> Fields:
-    session = orch.session(args.session_id, tenant=tenant)
+    session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.read(args.path)).model_dump()}
 
 
 async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Fields:
-    session = orch.session(args.session_id, tenant=tenant)
+    session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.list(args.path)).model_dump()}
 
 
 async def _upload(orch: Orchestrator, tenant: str | None, args: UploadArgs) -> Fields:
-    session = orch.session(args.session_id, tenant=tenant)
+    session = await orch.session(args.session_id, tenant=tenant)
     result = await session.files.upload(args.path, tar_b64=args.tar_b64)
     return {"session_id": session.id, **result.model_dump()}
 
 
 async def _download(orch: Orchestrator, tenant: str | None, args: PathArgs) -> Fields:
-    session = orch.session(args.session_id, tenant=tenant)
+    session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.download(args.path)).model_dump()}
 
 

@@ -39,7 +39,7 @@ class KillArgs(ToolArgs):
 
 
 async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
-    session = orch.session(args.session_id, tenant=tenant)
+    session = await orch.session(args.session_id, tenant=tenant)
     command = enforce(args.command, session.policy, confirm_dangerous=args.confirm_dangerous)
     result = await session.processes.start(command, cwd=args.cwd, env=args.env)
     orch.remember(PROCESS, result.process_id, session)
@@ -48,10 +48,11 @@ async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fie
 
 async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Fields:
     if args.session_id is not None:
-        sessions = [orch.session(args.session_id, tenant=tenant)]
+        sessions = [await orch.session(args.session_id, tenant=tenant)]
     else:
         sessions = [
-            orch.session(s["session_id"], tenant=tenant) for s in orch.list_sessions(tenant=tenant)
+            await orch.session(s["session_id"], tenant=tenant)
+            for s in orch.list_sessions(tenant=tenant)
         ]
     processes = []
     for session in sessions:
@@ -61,13 +62,13 @@ async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Field
 
 
 async def _read_output(orch: Orchestrator, tenant: str | None, args: ReadOutputArgs) -> Fields:
-    session = orch.session_of(PROCESS, args.process_id, tenant=tenant)
+    session = await orch.session_of(PROCESS, args.process_id, tenant=tenant)
     result = await session.processes.read_output(args.process_id, tail=args.tail)
     return {"session_id": session.id, **result.model_dump()}
 
 
 async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Fields:
-    session = orch.session_of(PROCESS, args.process_id, tenant=tenant)
+    session = await orch.session_of(PROCESS, args.process_id, tenant=tenant)
     result = await session.processes.kill(args.process_id)
     return {"session_id": session.id, **result.model_dump()}
 

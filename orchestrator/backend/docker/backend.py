@@ -85,6 +85,13 @@ class DockerBackend:
             pid=state.get("Pid") or None,
         )
 
+    async def pause(self, container_id: str) -> None:
+        """Freeze every process of the container (cgroup freezer)."""
+        await self.client.call(lambda sdk: sdk.api.pause(container_id))
+
+    async def unpause(self, container_id: str) -> None:
+        await self.client.call(lambda sdk: sdk.api.unpause(container_id))
+
     async def inspect(self, container_id: str) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.call(
             lambda sdk: sdk.api.inspect_container(container_id)
