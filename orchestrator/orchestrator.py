@@ -46,6 +46,7 @@ from orchestrator.lifecycle import (
     should_pause,
 )
 from orchestrator.policy import Policy, load_policy
+from orchestrator.pool import WarmPool
 from orchestrator.processes import SessionProcesses
 from orchestrator.protocol import InspectReply, ListVariablesReply
 from orchestrator.repl import ExecuteOutcome, Repl
@@ -55,6 +56,10 @@ from orchestrator.terminal import SessionTerminals
 from orchestrator.tools import TOOLS, ToolResult, call_tool
 
 log = logging.getLogger(__name__)
+
+# Pooled sessions carry this tenant label: labels are fixed at creation, owners come later.
+POOL_TENANT = "pool"
+MAX_POOL_SIZE = 256
 
 # Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
 SHUTDOWN_TIMEOUT = 60.0
@@ -72,6 +77,8 @@ class OrchestratorConfig:
     max_sessions: int = 100
     # Upper bound on how often idle and lifetime limits are checked (seconds).
     reap_interval: float = 30.0
+    # Warm pools to keep from the start: policy name -> ready sessions.
+    pool: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, **settings: Any) -> OrchestratorConfig:
@@ -106,6 +113,7 @@ class Orchestrator:
         self._policies: dict[str, Policy] = {}
         self._items: dict[tuple[str, str], str] = {}
         self._ended = EndedSessions()
+        self._pools: dict[str, WarmPool] = {}
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -134,16 +142,22 @@ class Orchestrator:
             self._image = (await ensure_worker_image(self.backend.client)).tag
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
         self._task_group.start_soon(self._reap_forever)
+        for name, size in self.config.pool.items():
+            await self.set_pool_size(name, size)
 
     async def aclose(self) -> None:
+        for pool in self._pools.values():
+            pool.resize(0)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
             sessions, self._sessions = list(self._sessions.values()), {}
             async with anyio.create_task_group() as tg:
                 for session in sessions:
                     tg.start_soon(session.aclose, self.backend)
         if self._task_group is not None:
+            # Cancelling ends the pools' refill tasks, which remove what they still hold.
             self._task_group.cancel_scope.cancel()
             self._task_group = None
+        self._pools.clear()
         # Outside the scopes above: the task group must be exited as the innermost scope.
         await self._exit_stack.aclose()
 
@@ -195,6 +209,19 @@ class Orchestrator:
         self._creating += 1
 
     async def _build_session(self, tenant: str, policy: Policy) -> Session:
+        pool = self._pools.get(policy.name)
+        warm = pool.take_nowait() if pool is not None and pool.policy == policy else None
+        if warm is not None:
+            warm.tenant = tenant
+            warm.touch()
+            session = warm
+        else:
+            session = await self._new_session(tenant, policy)
+        self._sessions[session.id] = session
+        return session
+
+    async def _new_session(self, tenant: str, policy: Policy) -> Session:
+        """A session built cold: its container created and started, its worker ready."""
         task_group = self._task_group
         if self._image is None or task_group is None:
             raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
@@ -226,8 +253,38 @@ class Orchestrator:
         except BaseException:
             await session.aclose(self.backend)  # shielded: the container never outlives this
             raise
-        self._sessions[session_id] = session
         return session
+
+    # -- warm pools -----------------------------------------------------------------------
+
+    async def set_pool_size(self, policy: str, size: int) -> None:
+        """Keep ``size`` ready sessions of ``policy`` (0 drains and stops the pool)."""
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL_SIZE:
+            raise InvalidArgumentError(f"pool size must be an integer in [0, {MAX_POOL_SIZE}]")
+        effective = self.policy(check_policy_name(policy))
+        pool = self._pools.get(effective.name)
+        if pool is not None:
+            pool.resize(size)
+            return
+        if size == 0:
+            return
+        if self._task_group is None:
+            raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
+        pool = WarmPool(
+            effective,
+            size,
+            build=lambda: self._new_session(POOL_TENANT, effective),
+            discard=self._discard_pooled,
+        )
+        self._pools[effective.name] = pool
+        await self._task_group.start(pool.run)
+
+    def pool_status(self) -> dict[str, dict[str, int]]:
+        return {name: {"size": p.size, "ready": p.ready} for name, p in self._pools.items()}
+
+    async def _discard_pooled(self, session: Session, reason: str) -> None:
+        log.info("pooled session %s removed: %s", session.id, reason)
+        await session.aclose(self.backend)
 
     async def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
         """The caller's session, ready for work (resumed if it was paused)."""
