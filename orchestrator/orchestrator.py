@@ -83,17 +83,29 @@ class OrchestratorConfig:
     @classmethod
     def from_env(cls, **settings: Any) -> OrchestratorConfig:
         """Settings from the environment, for the CLI: ``SBX_IMAGE`` (use this image, do not
-        build), ``SBX_POLICY`` (default policy), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to
-        every container); explicit ``settings`` win."""
+        build), ``SBX_POLICY`` (default policy), ``SBX_ORCHESTRATOR_ID`` (the id on every
+        container's labels), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container).
+        Explicit ``settings`` win."""
         env: dict[str, Any] = {}
         if image := os.environ.get("SBX_IMAGE"):
             env["image"] = image
         if policy := os.environ.get("SBX_POLICY"):
             env["default_policy"] = policy
+        if orchestrator_id := os.environ.get("SBX_ORCHESTRATOR_ID"):
+            env["orchestrator_id"] = orchestrator_id
         if labels := os.environ.get("SBX_EXTRA_LABELS"):
-            pairs = [item.partition("=") for item in labels.split(",") if item]
-            env["extra_labels"] = {key: value for key, _, value in pairs if key}
+            env["extra_labels"] = _labels(labels)
         return cls(**(env | settings))
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgumentError(f"SBX_EXTRA_LABELS: expected key=value, got {item!r}")
+        labels[key.strip()] = value.strip()
+    return labels
 
 
 class ExecuteResult(ExecuteOutcome):
