@@ -7,7 +7,9 @@ import sys
 
 import typer
 
+from orchestrator.cli.audit import audit_app
 from orchestrator.cli.image import image_app
+from orchestrator.cli.mcp import mcp
 from orchestrator.cli.policy import policy_app
 from orchestrator.cli.run import run
 from orchestrator.cli.sessions import kill, ps
@@ -18,9 +20,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.add_typer(audit_app, name="audit")
 app.add_typer(image_app, name="image")
 app.add_typer(policy_app, name="policy")
 app.command("run")(run)
+app.command("mcp")(mcp)
 app.command("ps")(ps)
 app.command("kill")(kill)
 

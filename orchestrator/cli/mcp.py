@@ -1,0 +1,131 @@
+"""``sbx mcp``: the sandbox tools over MCP on stdin/stdout, for an agent that spawns sbx.
+
+Nothing but MCP frames goes to stdout; logs and image build progress go to stderr. EOF on stdin,
+Ctrl-C, SIGTERM and SIGHUP all end serving the same way: every session this server created is torn
+down (shielded and bounded by the orchestrator's shutdown timeout) before the process exits, and
+further signals during that teardown are absorbed rather than cutting it short.
+
+Settings from the environment, for operators and the test suite alike:
+
+- ``SBX_IMAGE``: the worker image to use, as is (default: the current one, built if missing).
+- ``SBX_ORCHESTRATOR_ID``: the id on every container's labels (default: a fresh random one).
+- ``SBX_EXTRA_LABELS``: more container labels, ``key=value`` pairs separated by commas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from typing import Annotated
+
+import anyio
+import anyio.abc
+import typer
+
+from orchestrator.backend.docker import DockerClient
+from orchestrator.cli._common import reported_errors
+from orchestrator.cli.image import PlainBuildProgress
+from orchestrator.errors import InvalidArgumentError
+from orchestrator.images import ensure_worker_image
+from orchestrator.mcp_server import serve_stdio
+from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
+from orchestrator.policy import load_policy
+
+log = logging.getLogger("orchestrator.cli.mcp")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def mcp(
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Default policy (name or file) for sessions a call does not name one for."
+        ),
+    ] = None,
+) -> None:
+    """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s"
+    )
+    logging.getLogger("orchestrator").setLevel(logging.INFO)
+    with reported_errors():
+        config = config_from_env(policy=policy)
+        load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
+        stopped_by = anyio.run(_serve_until_stopped, config)
+    if stopped_by is not None:
+        raise typer.Exit(128 + stopped_by)
+
+
+def config_from_env(*, policy: str | None = None) -> OrchestratorConfig:
+    """An ``OrchestratorConfig`` from the ``SBX_*`` variables above and a default policy."""
+    config = OrchestratorConfig(extra_labels=_labels(os.environ.get("SBX_EXTRA_LABELS", "")))
+    if policy:
+        config = dataclasses.replace(config, default_policy=policy)
+    if image := os.environ.get("SBX_IMAGE"):
+        config = dataclasses.replace(config, image=image)
+    if orchestrator_id := os.environ.get("SBX_ORCHESTRATOR_ID"):
+        config = dataclasses.replace(config, orchestrator_id=orchestrator_id)
+    return config
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgumentError(f"SBX_EXTRA_LABELS: expected key=value, got {item!r}")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
+    """Serve until EOF (None) or a stop signal (its number); the signal receiver stays open until
+    teardown has ended, so a second SIGTERM cannot kill the process halfway through it."""
+    received: list[int] = []
+    failure: list[Exception] = []
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    received.append(signum)
+                    group.cancel_scope.cancel()
+                    log.info("stopping on %s", signal.Signals(signum).name)
+
+            group.start_soon(stop_on_signal)
+            try:
+                await _serve(config)
+            except Exception as exc:  # re-raised below, outside the task group's exception group
+                failure.append(exc)
+            group.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return received[0] if received else None
+
+
+async def _serve(config: OrchestratorConfig) -> None:
+    config = await _with_image(config)
+    try:
+        async with Orchestrator(config) as orchestrator:
+            log.info("serving MCP on stdio (orchestrator %s)", config.orchestrator_id)
+            await serve_stdio(orchestrator, tenant=config.tenant)
+            log.info("stdin closed")
+    finally:
+        log.info("stopped: no session of orchestrator %s is left", config.orchestrator_id)
+
+
+async def _with_image(config: OrchestratorConfig) -> OrchestratorConfig:
+    """The config with its image, built here when missing so its progress shows on stderr."""
+    if config.image is not None:
+        return config
+    client = DockerClient()
+    try:
+        built = await ensure_worker_image(client, progress=PlainBuildProgress())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+    return dataclasses.replace(config, image=built.tag)
