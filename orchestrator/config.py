@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.audit import AuditConfig
 from orchestrator.errors import InvalidArgumentError
 
 
@@ -25,12 +26,16 @@ class OrchestratorConfig:
     reap_interval: float = 30.0
     # Warm pools to keep from the start: policy name -> ready sessions.
     pool: dict[str, int] = field(default_factory=dict)
+    # Where the audit log's segments go; None keeps no audit log.
+    audit_dir: Path | None = None
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
     @classmethod
     def from_env(cls, **settings: Any) -> OrchestratorConfig:
         """Settings from the environment, for the CLI: ``SBX_IMAGE`` (use this image, do not
         build), ``SBX_POLICY`` (default policy), ``SBX_ORCHESTRATOR_ID`` (the id on every
-        container's labels), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container).
+        container's labels), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container),
+        ``SBX_AUDIT_DIR`` (keep an audit log there).
         Explicit ``settings`` win."""
         env: dict[str, Any] = {}
         if image := os.environ.get("SBX_IMAGE"):
@@ -41,6 +46,8 @@ class OrchestratorConfig:
             env["orchestrator_id"] = orchestrator_id
         if labels := os.environ.get("SBX_EXTRA_LABELS"):
             env["extra_labels"] = _labels(labels)
+        if audit_dir := os.environ.get("SBX_AUDIT_DIR"):
+            env["audit_dir"] = Path(audit_dir)
         return cls(**(env | settings))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from types import TracebackType
 from typing import Any, Self
 
@@ -23,6 +24,7 @@ from orchestrator.arguments import (
     check_timeout,
     check_variable,
 )
+from orchestrator.audit import AuditLog
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, ContainerSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import OrchestratorConfig as OrchestratorConfig  # re-exported
@@ -30,6 +32,7 @@ from orchestrator.errors import (
     BackendError,
     BusyError,
     InvalidArgumentError,
+    OrchestratorError,
     QuotaExceededError,
     SessionNotFoundError,
 )
@@ -80,6 +83,7 @@ class Orchestrator:
         self._items: dict[tuple[str, str], str] = {}
         self._ended = EndedSessions()
         self._pools: dict[str, WarmPool] = {}
+        self._audit: AuditLog | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -102,6 +106,8 @@ class Orchestrator:
         Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
         await self.backend.client.ping()
         self.policy(self.config.default_policy)
+        if self.config.audit_dir is not None:
+            self._audit = await AuditLog.open(self.config.audit_dir, self.config.audit)
         if self._image is None:
             from orchestrator.images import ensure_worker_image
 
@@ -124,6 +130,9 @@ class Orchestrator:
             self._task_group.cancel_scope.cancel()
             self._task_group = None
         self._pools.clear()
+        if self._audit is not None:
+            await self._audit.aclose()
+            self._audit = None
         # Outside the scopes above: the task group must be exited as the innermost scope.
         await self._exit_stack.aclose()
 
@@ -134,12 +143,43 @@ class Orchestrator:
         return self._policies[name]
 
     async def call(self, tool: Any, arguments: Any, *, tenant: str | None = None) -> ToolResult:
-        """One tool call as every interface makes it: ``{operation, ...}`` in, a result out."""
+        """One tool call as every interface makes it: ``{operation, ...}`` in, a result out.
+        Every call, refused ones included, goes into the audit log when one is kept."""
+        started = time.perf_counter()
         found = TOOLS.get(tool) if isinstance(tool, str) else None
         if found is None:
             error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
-            return ToolResult({"success": False, **error.to_dict()}, str(error))
-        return await call_tool(self, found, arguments, tenant=tenant)
+            result = ToolResult({"success": False, **error.to_dict()}, str(error))
+        else:
+            result = await call_tool(self, found, arguments, tenant=tenant)
+        if self._audit is not None:
+            await self._audit_call(tool, arguments, tenant, result, time.perf_counter() - started)
+        return result
+
+    async def _audit_call(
+        self, tool: Any, arguments: Any, tenant: str | None, result: ToolResult, seconds: float
+    ) -> None:
+        assert self._audit is not None
+        structured = result.structured
+        args = arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]}
+        session_id = structured.get("session_id") or args.get("session_id")
+        try:
+            await self._audit.record(
+                tenant=tenant or self.config.tenant,
+                task=None,
+                tool=str(tool)[:64],
+                operation=str(structured.get("operation"))[:64],
+                session_id=session_id if isinstance(session_id, str) else None,
+                arguments=args,
+                success=bool(structured.get("success")),
+                error_type=structured.get("error_type"),
+                duration_ms=round(seconds * 1000, 3),
+            )
+        except OrchestratorError as exc:
+            # The call has happened; refusing its answer now would not undo it. Say it loudly.
+            log.error(
+                "audit log could not record %s.%s: %s", tool, structured.get("operation"), exc
+            )
 
     # -- sessions -------------------------------------------------------------------------
 
