@@ -32,7 +32,8 @@ MAX_KEPT_SOURCES = 500
 _CACHE_ENTRIES = 256
 _CACHE_MAX_CHARS = 4096
 # error_type values with a meaning of their own: a user exception class of the same name is
-# reported under a qualified name so it cannot pose as one of them.
+# reported under a qualified name so it cannot pose as one of them. A copy of errors.ERROR_TYPES
+# (this code runs in the sandbox, stdlib only); tests/unit/test_public_api.py keeps them equal.
 RESERVED_ERROR_TYPES = frozenset(
     [
         "invalid_argument",

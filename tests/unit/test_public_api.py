@@ -28,3 +28,9 @@ def test_every_exported_error_has_a_stable_code() -> None:
     for error in errors:
         assert issubclass(error, orchestrator.OrchestratorError)
         assert error.code in ERROR_TYPES
+
+
+def test_the_worker_reserves_exactly_the_stable_error_types() -> None:
+    from orchestrator.worker.executor import RESERVED_ERROR_TYPES
+
+    assert frozenset(ERROR_TYPES) == RESERVED_ERROR_TYPES
