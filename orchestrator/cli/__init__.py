@@ -12,6 +12,7 @@ from orchestrator.cli.image import image_app
 from orchestrator.cli.mcp import mcp
 from orchestrator.cli.policy import policy_app
 from orchestrator.cli.run import run
+from orchestrator.cli.serve import serve
 from orchestrator.cli.sessions import kill, ps
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app.add_typer(image_app, name="image")
 app.add_typer(policy_app, name="policy")
 app.command("run")(run)
 app.command("mcp")(mcp)
+app.command("serve")(serve)
 app.command("ps")(ps)
 app.command("kill")(kill)
 

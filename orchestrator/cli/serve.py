@@ -1,0 +1,195 @@
+"""``sbx serve``: the HTTP API (REST under /v1, OpenAPI, SSE) and MCP streamable HTTP at /mcp, on
+one address, for the tenants of a tenants file or else one local tenant.
+
+The port is bound before anything slow happens, so a taken port fails at once; then the image is
+built if missing, the orchestrator started, and the address printed (with the local tenant's key
+when it was just made: it is shown only that once, and kept mode 0600 in the data directory).
+
+Stopping: the first Ctrl-C, SIGTERM or SIGHUP stops accepting requests, lets those in flight
+finish for ``GRACEFUL_SHUTDOWN_TIMEOUT``, then tears down every session this server created
+(shielded, bounded by the orchestrator's shutdown timeout); a second one cuts the wait for
+requests short, never the teardown. A signal before serving began cancels the start-up.
+
+Environment: the ``SBX_*`` settings of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
+``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...; ``--policy`` wins over ``SBX_POLICY``), and
+``SBX_DATA_DIR`` for the local key (else ``$XDG_DATA_HOME/sbx``, else ``~/.local/share/sbx``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+import uvicorn
+
+from orchestrator.backend.docker import DockerClient
+from orchestrator.cli._common import reported_errors
+from orchestrator.cli.image import PlainBuildProgress
+from orchestrator.config import OrchestratorConfig
+from orchestrator.errors import InvalidArgumentError
+from orchestrator.http import build_app
+from orchestrator.images import ensure_worker_image
+from orchestrator.orchestrator import Orchestrator
+from orchestrator.policy import load_policy
+from orchestrator.tenants import LOCAL_KEY_FILE, LOCAL_TENANT, TenantKeys, data_dir, local_tenant
+
+log = logging.getLogger("orchestrator.cli.serve")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Requests in flight get this long to finish once a stop is asked for; an SSE stream would
+# otherwise hold the shutdown for as long as its terminal runs.
+GRACEFUL_SHUTDOWN_TIMEOUT = 5
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")
+    ] = 8080,
+    tenants: Annotated[
+        Path | None,
+        typer.Option(
+            help="Tenants file (TOML: one tenant table per tenant, with name and key_sha256); "
+            "default: one local tenant, its key kept in the data directory."
+        ),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help="Default policy (name or file) for sessions a call names none for."),
+    ] = None,
+) -> None:
+    """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s"
+    )
+    logging.getLogger("orchestrator").setLevel(logging.INFO)
+    with reported_errors():
+        config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
+        load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
+        keys, notice = _keys(tenants)
+        listener = _listen(host, port)
+        with listener:
+            stopped_by = anyio.run(_serve_until_stopped, config, keys, listener, host, notice)
+    if stopped_by is not None:
+        raise typer.Exit(128 + stopped_by)
+
+
+def _keys(tenants: Path | None) -> tuple[TenantKeys, str]:
+    """The API keys, and what to tell the person who started the server about them."""
+    if tenants is not None:
+        keys = TenantKeys.from_file(tenants)
+        return keys, f"API keys: {len(keys.tenants)} tenant(s) from {tenants}"
+    directory = data_dir()
+    keys, key, created = local_tenant(directory)
+    where = directory / LOCAL_KEY_FILE
+    if created:
+        return keys, f"API key for tenant {LOCAL_TENANT!r} (shown once; kept in {where}): {key}"
+    return keys, f"API key for tenant {LOCAL_TENANT!r}: the one in {where}"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        family, _, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        return socket.create_server(address[:2], family=family)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise InvalidArgumentError(f"cannot listen on {host}:{port}: {reason}") from None
+
+
+def _url(listener: socket.socket) -> str:
+    host, port = listener.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without signal handlers of its own: this command handles the signals (uvicorn's
+    would re-raise a caught SIGTERM after serving, killing the process before the teardown)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclasses.dataclass
+class _Run:
+    startup: anyio.CancelScope
+    server: _Server | None = None
+    received: list[int] = dataclasses.field(default_factory=list)
+
+
+async def _serve_until_stopped(
+    config: OrchestratorConfig, keys: TenantKeys, listener: socket.socket, host: str, notice: str
+) -> int | None:
+    """Serve until a stop signal (its number is returned); the signal receiver stays open until
+    the teardown has ended, so no second signal can kill the process halfway through it."""
+    run = _Run(startup=anyio.CancelScope())
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_stop_on_signals, signals, run)
+            with run.startup:
+                config = await _with_image(config)
+            if not run.received:
+                await _serve(config, keys, listener, host, notice, run)
+            group.cancel_scope.cancel()
+    return run.received[0] if run.received else None
+
+
+async def _stop_on_signals(signals: AsyncIterator[signal.Signals], run: _Run) -> None:
+    async for signum in signals:
+        run.received.append(signum)
+        log.info("stopping on %s", signal.Signals(signum).name)
+        if run.server is None:
+            run.startup.cancel()
+        elif run.server.should_exit:
+            run.server.force_exit = True
+        else:
+            run.server.should_exit = True
+
+
+async def _serve(
+    config: OrchestratorConfig,
+    keys: TenantKeys,
+    listener: socket.socket,
+    host: str,
+    notice: str,
+    run: _Run,
+) -> None:
+    async with Orchestrator(config) as orchestrator:
+        server_config = uvicorn.Config(
+            build_app(orchestrator, keys, host=host),
+            lifespan="on",
+            log_level="info",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_TIMEOUT,
+        )
+        run.server = _Server(server_config)
+        # A signal that came while the orchestrator started: serve nothing, just tear down.
+        run.server.should_exit = bool(run.received)
+        url = _url(listener)
+        typer.echo(f"sbx: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp)")
+        typer.echo(f"sbx: {notice}")
+        await run.server.serve(sockets=[listener])
+    log.info("stopped: no session of orchestrator %s is left", config.orchestrator_id)
+
+
+async def _with_image(config: OrchestratorConfig) -> OrchestratorConfig:
+    """The config with its image, built here when missing so its progress shows on stderr."""
+    if config.image is not None:
+        return config
+    client = DockerClient()
+    try:
+        built = await ensure_worker_image(client, progress=PlainBuildProgress())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+    return dataclasses.replace(config, image=built.tag)

@@ -1,0 +1,39 @@
+"""The HTTP API: REST over the tool layer, an OpenAPI document, API keys, and terminal output
+as server-sent events. No logic of its own: every route is one ``Orchestrator.call``.
+
+Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``):
+
+    GET    /healthz                              liveness
+    GET    /openapi.json                         OpenAPI 3.1, made from the tool schemas
+    POST   /v1/{tool}                            any tool call: the MCP tool's arguments
+    GET    /v1/sessions                          python_repl list_sessions
+    POST   /v1/sessions                          python_repl execute in a new session
+    DELETE /v1/sessions/{session_id}             python_repl destroy
+    POST   /v1/sessions/{session_id}/execute     python_repl execute
+    POST   /v1/sessions/{session_id}/shell       terminal run
+    GET    /v1/sessions/{session_id}/history     python_repl history
+    GET    /v1/processes?session_id=             process list
+    GET    /v1/terminals/{terminal_id}?since_offset=   terminal read
+    GET    /v1/terminals/{terminal_id}/events?since_offset=   terminal wait, as SSE
+    *      /mcp                                  MCP streamable HTTP (when mcp_server is there)
+
+Every answer's body is the structured result (``success`` first). The status: 200 for a tool's
+answer, including a failure of the work itself (the user's ZeroDivisionError, a timeout); for a
+failed request, by ``error_type``: invalid_argument 400, policy 403, session_not_found 404 (an
+unknown id and another tenant's alike), busy 409, quota_exceeded 429, internal 500,
+backend_unavailable 503; and 401 (``unauthenticated``), 413 for a body over the cap, 404/405
+(``invalid_argument``) for an unknown route or method.
+"""
+
+from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of
+from orchestrator.http._auth import current_tenant
+from orchestrator.http._openapi import openapi_document
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "STATUS_BY_ERROR_TYPE",
+    "build_app",
+    "current_tenant",
+    "openapi_document",
+    "status_of",
+]

@@ -1,0 +1,220 @@
+"""The OpenAPI 3.1 document of the HTTP API, made from the tools' argument models and the route
+table, so it cannot drift from what the handlers accept."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
+from orchestrator.tools import TOOLS, Operation, Tool
+
+RESULT_REF = {"$ref": "#/components/schemas/ToolResult"}
+
+# Every failure answers the structured result too; the status says what kind of failure it is.
+FAILURES: dict[str, str] = {
+    "400": "invalid_argument: a malformed body or a wrong argument",
+    "401": "no API key, or not a valid one",
+    "403": "policy: the policy in force forbids it",
+    "404": "session_not_found: unknown, or not yours (the same answer)",
+    "409": "busy: the session is serving another call",
+    "429": "quota_exceeded",
+    "500": "internal",
+    "503": "backend_unavailable: the container engine cannot serve it",
+}
+OK = (
+    "The tool's answer. `success` is false when the work itself failed (an exception in the "
+    "user's code, a timeout, a blocked import): that is an answer too, not a failed request."
+)
+TOO_LARGE = "the request body is larger than the server accepts"
+
+TOOL_RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The structured result of a tool call; `success` comes first.",
+    "required": ["success"],
+    "properties": {
+        "success": {"type": "boolean"},
+        "operation": {"description": "The operation, as given."},
+        "error_type": {"type": ["string", "null"], "description": "Stable error code."},
+        "error_message": {"type": ["string", "null"]},
+    },
+    "additionalProperties": True,
+}
+
+
+def _plain(prop: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in prop.items() if k != "title"}
+
+
+def arguments_schema(operation: Operation, *, without: frozenset[str] = frozenset()) -> Any:
+    """The JSON schema of an operation's arguments, less the ones a route sets itself."""
+    schema = operation.args.model_json_schema()
+    properties = {
+        name: _plain(prop)
+        for name, prop in schema.get("properties", {}).items()
+        if name not in without
+    }
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in schema.get("required", []) if name not in without],
+        "additionalProperties": False,
+    }
+
+
+def tool_request_schema(tool: Tool) -> dict[str, Any]:
+    """One variant per operation, told apart by ``operation``."""
+    variants = []
+    for operation in tool.operations.values():
+        schema = arguments_schema(operation)
+        operation_prop = {"const": operation.name, "description": operation.description}
+        schema["properties"] = {"operation": operation_prop, **schema["properties"]}
+        schema["required"] = ["operation", *schema["required"]]
+        variants.append({"title": f"{tool.name}.{operation.name}", **schema})
+    return {"oneOf": variants, "description": tool.description}
+
+
+def _responses(*, body: bool) -> dict[str, Any]:
+    json_result = {"application/json": {"schema": RESULT_REF}}
+    responses = {"200": {"description": OK, "content": json_result}}
+    for status, description in FAILURES.items():
+        responses[status] = {"description": description, "content": json_result}
+    if body:
+        responses["413"] = {"description": TOO_LARGE, "content": json_result}
+    return dict(sorted(responses.items()))
+
+
+def _parameter(name: str, where: str, prop: dict[str, Any]) -> dict[str, Any]:
+    options = [o for o in prop.get("anyOf", [prop]) if o.get("type") != "null"]
+    schema = {k: v for k, v in options[0].items() if k != "title"}
+    if where == "path":
+        schema |= {"minLength": 1, "maxLength": 128, "pattern": "^[^/]+$"}
+    elif schema.get("type") == "integer":
+        schema["minimum"] = 0
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "description": prop.get("description", ""),
+        "schema": schema,
+    }
+
+
+def _rest_operation(route: RestRoute) -> dict[str, Any]:
+    operation = route.operation_spec
+    properties = operation.args.model_json_schema().get("properties", {})
+    parameters = [_parameter(n, "path", properties[n]) for n in route.path_params]
+    parameters += [_parameter(n, "query", properties[n]) for n in route.query]
+    spec: dict[str, Any] = {
+        "operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_')}",
+        "summary": route.summary,
+        "description": f"The `{route.tool}` tool's `{route.operation}` operation.",
+        "tags": ["resources"],
+        "responses": _responses(body=route.body),
+    }
+    spec["operationId"] = spec["operationId"].replace("{", "").replace("}", "")
+    if parameters:
+        spec["parameters"] = parameters
+    if route.body:
+        schema = arguments_schema(operation, without=route.fixed)
+        spec["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    return spec
+
+
+def _events_operation() -> dict[str, Any]:
+    read = TOOLS["terminal"].operations["read"].args.model_json_schema()["properties"]
+    responses = _responses(body=False)
+    responses["200"] = {
+        "description": "Server-sent events: `output` (id: next_offset), then `exit`; `error` or "
+        "`reconnect` (resume from its next_offset) end a stream early.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    return {
+        "operationId": "stream_terminal_events",
+        "summary": "Stream a terminal's output as it arrives",
+        "description": "The terminal tool's `wait` in a loop. `Last-Event-ID` resumes.",
+        "tags": ["resources"],
+        "parameters": [
+            _parameter("terminal_id", "path", read["terminal_id"]),
+            _parameter("since_offset", "query", read["since_offset"]),
+        ],
+        "responses": responses,
+    }
+
+
+def _tool_operation(tool: Tool) -> dict[str, Any]:
+    operations = "\n".join(f"- `{o.name}`: {o.description}" for o in tool.operations.values())
+    return {
+        "operationId": f"call_{tool.name}",
+        "summary": f"Call the {tool.name} tool",
+        "description": f"{tool.description}\n\nOperations:\n{operations}",
+        "tags": ["tools"],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{tool.name}"}}
+            },
+        },
+        "responses": _responses(body=True),
+    }
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("sbx")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+def openapi_document() -> dict[str, Any]:
+    json_object = {"application/json": {"schema": {"type": "object"}}}
+    unauthorized = {
+        "description": FAILURES["401"],
+        "content": {"application/json": {"schema": RESULT_REF}},
+    }
+    paths: dict[str, Any] = {
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Liveness; needs no API key",
+                "security": [],
+                "responses": {"200": {"description": "The server answers", "content": json_object}},
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "responses": {
+                    "200": {"description": "OpenAPI 3.1", "content": json_object},
+                    "401": unauthorized,
+                },
+            }
+        },
+    }
+    for route in REST_ROUTES:
+        paths.setdefault(route.path, {})[route.method.lower()] = _rest_operation(route)
+    paths[EVENTS_PATH] = {"get": _events_operation()}
+    for tool in TOOLS.values():
+        paths[f"/v1/{tool.name}"] = {"post": _tool_operation(tool)}
+    schemas: dict[str, Any] = {"ToolResult": TOOL_RESULT_SCHEMA}
+    schemas |= {tool.name: tool_request_schema(tool) for tool in TOOLS.values()}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sbx",
+            "version": _version(),
+            "description": "Container-isolated sandboxes: the python_repl, terminal, process and "
+            "files tools over HTTP. `POST /v1/{tool}` takes the same arguments as the MCP tool "
+            "and answers the same structured result; the other routes are shorthands.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"apiKey": []}],
+    }
