@@ -5,18 +5,14 @@ Ctrl-C, SIGTERM and SIGHUP all end serving the same way: every session this serv
 down (shielded and bounded by the orchestrator's shutdown timeout) before the process exits, and
 further signals during that teardown are absorbed rather than cutting it short.
 
-Settings from the environment, for operators and the test suite alike:
-
-- ``SBX_IMAGE``: the worker image to use, as is (default: the current one, built if missing).
-- ``SBX_ORCHESTRATOR_ID``: the id on every container's labels (default: a fresh random one).
-- ``SBX_EXTRA_LABELS``: more container labels, ``key=value`` pairs separated by commas.
+Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
+``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...); ``--policy`` wins over ``SBX_POLICY``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import signal
 import sys
 from typing import Annotated
@@ -28,7 +24,6 @@ import typer
 from orchestrator.backend.docker import DockerClient
 from orchestrator.cli._common import reported_errors
 from orchestrator.cli.image import PlainBuildProgress
-from orchestrator.errors import InvalidArgumentError
 from orchestrator.images import ensure_worker_image
 from orchestrator.mcp_server import serve_stdio
 from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
@@ -53,33 +48,11 @@ def mcp(
     )
     logging.getLogger("orchestrator").setLevel(logging.INFO)
     with reported_errors():
-        config = config_from_env(policy=policy)
+        config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
         load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
         stopped_by = anyio.run(_serve_until_stopped, config)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
-
-
-def config_from_env(*, policy: str | None = None) -> OrchestratorConfig:
-    """An ``OrchestratorConfig`` from the ``SBX_*`` variables above and a default policy."""
-    config = OrchestratorConfig(extra_labels=_labels(os.environ.get("SBX_EXTRA_LABELS", "")))
-    if policy:
-        config = dataclasses.replace(config, default_policy=policy)
-    if image := os.environ.get("SBX_IMAGE"):
-        config = dataclasses.replace(config, image=image)
-    if orchestrator_id := os.environ.get("SBX_ORCHESTRATOR_ID"):
-        config = dataclasses.replace(config, orchestrator_id=orchestrator_id)
-    return config
-
-
-def _labels(text: str) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidArgumentError(f"SBX_EXTRA_LABELS: expected key=value, got {item!r}")
-        labels[key.strip()] = value.strip()
-    return labels
 
 
 async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
