@@ -44,7 +44,7 @@ def decide(command: str, policy: Policy, *, confirm_dangerous: bool = False) -> 
         if re.search(pattern, command):
             return CommandDecision(False, f"shell.deny_patterns[{pattern!r}]", "command denied")
     if shell.allow_commands is not None:
-        for program in _programs(command):
+        for program in programs(command):
             if program not in shell.allow_commands:
                 reason = f"{program!r} is not in the allow list"
                 return CommandDecision(False, "shell.allow_commands", reason)
@@ -68,9 +68,9 @@ def enforce(command: Any, policy: Policy, *, confirm_dangerous: Any = False) -> 
     return text
 
 
-def _programs(command: str) -> list[str]:
+def programs(command: str) -> list[str]:
     """The first word of every simple command in a command line (best effort, for allow-lists)."""
-    programs = []
+    found = []
     for part in re.split(r"\|\||&&|[;|&\n]|\$\(|`", command):
         try:
             words = shlex.split(part, comments=True)
@@ -78,5 +78,5 @@ def _programs(command: str) -> list[str]:
             words = part.split()
         words = [w for w in words if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
         if words:
-            programs.append(words[0].rsplit("/", 1)[-1])
-    return programs
+            found.append(words[0].rsplit("/", 1)[-1])
+    return found

@@ -91,6 +91,9 @@ class PolicyViolationError(OrchestratorError):
         super().__init__(message)
         self.rule = rule
 
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "rule": self.rule}
+
 
 class QuotaExceededError(OrchestratorError):
     """Granting the request would exceed a quota; names the quota."""

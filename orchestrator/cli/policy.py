@@ -1,4 +1,5 @@
-"""``sbx policy check``: validate a policy and show its effective settings."""
+"""``sbx policy check``: validate a policy and show its effective settings; ``test``, ``explain``
+and ``diff`` live in ``policy_test``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator.cli._common import reported_errors, stdout
+from orchestrator.cli.policy_test import policy_diff, policy_explain, policy_test
 from orchestrator.policy import Policy, load_policy
 
-policy_app = typer.Typer(help="Inspect and check policies.", no_args_is_help=True)
+policy_app = typer.Typer(help="Inspect, test and compare policies.", no_args_is_help=True)
+policy_app.command("test")(policy_test)
+policy_app.command("explain")(policy_explain)
+policy_app.command("diff")(policy_diff)
 
 
 @policy_app.command("check")
