@@ -16,7 +16,7 @@ from orchestrator.backend.base import (
     LABEL_TENANT,
 )
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.errors import SessionNotFoundError
+from orchestrator.errors import BackendError, SessionNotFoundError
 
 MIB = 1024 * 1024
 
@@ -41,7 +41,10 @@ async def list_fleet(backend: DockerBackend, *, with_memory: bool = True) -> lis
     memory: dict[str, float | None] = {c.id: None for c in containers}
 
     async def measure(container_id: str) -> None:
-        stats = await backend.stats(container_id)
+        try:
+            stats = await backend.stats(container_id)
+        except BackendError:
+            return  # removed (or stopping) since it was listed: no figure, not a failure
         memory[container_id] = round(stats["memory_bytes"] / MIB, 1)
 
     if with_memory:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
 
@@ -353,10 +354,29 @@ class Orchestrator:
         log.info("session %s paused", session.id)
         return True
 
+    async def _pause_if_idle(self, session: Session) -> None:
+        """The reaper's pause: idleness is judged again under the lock, so a call that has just
+        thawed the session is never frozen in its stride."""
+        async with session.state_lock:
+            if session.paused or not should_pause(session):
+                return
+            await self.backend.pause(session.container_id)
+            session.paused = True
+        log.info("session %s paused: idle", session.id)
+
     async def resume(self, session_id: Any, *, tenant: str | None = None) -> bool:
         """Thaw a paused session; False if it was running. Any call on it does this too."""
         session = self.find_session(session_id, tenant=tenant)
         return await self._thaw(session)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, session: Session) -> AsyncIterator[None]:
+        """The session's interpreter for one call, thawed: a pause that slipped in between
+        finding the session and getting its turn is undone here."""
+        async with session.turn(busy_timeout=self.config.busy_timeout):
+            if session.paused:
+                await self._thaw(session)
+            yield
 
     async def _thaw(self, session: Session) -> bool:
         async with session.state_lock:
@@ -404,8 +424,8 @@ class Orchestrator:
                 if reason is not None:
                     await self.end_session(session, reason)
                 elif should_pause(session):
-                    with contextlib.suppress(BusyError, BackendError):
-                        await self.pause(session.id, tenant=session.tenant)
+                    with contextlib.suppress(BackendError):
+                        await self._pause_if_idle(session)
 
     def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
         tenant = tenant or self.config.tenant
@@ -437,7 +457,7 @@ class Orchestrator:
             check_timeout(timeout_s, self.policy(check_policy_name(policy)))
         session, created = await self.open_session(session_id, policy=policy, tenant=tenant)
         timeout = check_timeout(timeout_s, session.policy)
-        async with session.turn(busy_timeout=self.config.busy_timeout):
+        async with self._turn(session):
             outcome = await session.repl.execute(code, timeout=timeout)
         output = outcome.stdout + outcome.stderr
         if not outcome.success:
@@ -449,7 +469,7 @@ class Orchestrator:
 
     async def reset(self, session_id: Any, *, tenant: str | None = None) -> None:
         session = await self.session(session_id, tenant=tenant)
-        async with session.turn(busy_timeout=self.config.busy_timeout):
+        async with self._turn(session):
             await session.repl.reset()
             session.history.clear()
 
@@ -457,7 +477,7 @@ class Orchestrator:
         self, session_id: Any, *, tenant: str | None = None
     ) -> ListVariablesReply:
         session = await self.session(session_id, tenant=tenant)
-        async with session.turn(busy_timeout=self.config.busy_timeout):
+        async with self._turn(session):
             return await session.repl.list_variables()
 
     async def inspect(
@@ -465,7 +485,7 @@ class Orchestrator:
     ) -> InspectReply:
         check_variable(variable_name)
         session = await self.session(session_id, tenant=tenant)
-        async with session.turn(busy_timeout=self.config.busy_timeout):
+        async with self._turn(session):
             return await session.repl.inspect(variable_name)
 
     def history(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, object]]:

@@ -71,6 +71,8 @@ __all__ = [
 TERMINAL_RETENTION_S = 600.0
 # After SIGKILL the exec's stream ends as soon as the engine notices.
 KILL_CONFIRM_TIMEOUT = 10.0
+# How long to wait for a group to empty before killing it again.
+KILL_RETRY_INTERVAL = 0.5
 CLOSE_TIMEOUT = 20.0
 
 
@@ -225,8 +227,15 @@ class SessionTerminals:
             sent = await self._signal(term, name)
             if not await term.wait_done(self._policy.timeouts.kill_grace_s) and name != "KILL":
                 escalated = await self._signal(term, "KILL")
-            await term.wait_done(KILL_CONFIRM_TIMEOUT)
+            await self._kill_stragglers(term)
         return term.status(signal=name, signal_sent=sent, escalated=escalated)
+
+    async def _kill_stragglers(self, term: Terminal) -> None:
+        """A child forked while the group was being killed escapes that one signal (a fork bomb
+        makes this likely): KILL the group again until it is gone, within a bound."""
+        with anyio.move_on_after(KILL_CONFIRM_TIMEOUT):
+            while not await term.wait_done(KILL_RETRY_INTERVAL):
+                await self._signal(term, "KILL")
 
     async def resize(self, terminal_id: str, rows: int, cols: int) -> TerminalStatus:
         height = bounded_int(rows, "rows", 1, MAX_TERMINAL_SIZE)
