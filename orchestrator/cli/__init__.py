@@ -8,12 +8,14 @@ import sys
 import typer
 
 from orchestrator.cli.audit import audit_app
+from orchestrator.cli.call import call
 from orchestrator.cli.image import image_app
 from orchestrator.cli.mcp import mcp
 from orchestrator.cli.policy import policy_app
 from orchestrator.cli.run import run
 from orchestrator.cli.serve import serve
 from orchestrator.cli.sessions import kill, ps
+from orchestrator.cli.shell import shell
 
 app = typer.Typer(
     name="sbx",
@@ -29,6 +31,8 @@ app.command("mcp")(mcp)
 app.command("serve")(serve)
 app.command("ps")(ps)
 app.command("kill")(kill)
+app.command("call")(call)
+app.command("shell")(shell)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 
 from orchestrator.backend.docker import DockerClient
 from orchestrator.cli._common import reported_errors, stderr, stdout, until_terminated
+from orchestrator.config import OrchestratorConfig
 from orchestrator.images import BuildProgress, ImageBuildResult, ensure_worker_image
 
 # A log line wider than this would wrap and make the live display jump.
@@ -106,3 +108,17 @@ async def _ensure_image(
     finally:
         with anyio.CancelScope(shield=True):
             await client.aclose()
+
+
+async def with_image(config: OrchestratorConfig) -> OrchestratorConfig:
+    """The config with its image, built here when missing so its progress shows on stderr
+    (for commands whose stdout is not for people: mcp, serve, shell)."""
+    if config.image is not None:
+        return config
+    client = DockerClient()
+    try:
+        built = await ensure_worker_image(client, progress=PlainBuildProgress())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+    return dataclasses.replace(config, image=built.tag)

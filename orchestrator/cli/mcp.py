@@ -11,7 +11,6 @@ Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SBX_I
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import sys
@@ -21,10 +20,8 @@ import anyio
 import anyio.abc
 import typer
 
-from orchestrator.backend.docker import DockerClient
 from orchestrator.cli._common import reported_errors
-from orchestrator.cli.image import PlainBuildProgress
-from orchestrator.images import ensure_worker_image
+from orchestrator.cli.image import with_image
 from orchestrator.mcp_server import serve_stdio
 from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 from orchestrator.policy import load_policy
@@ -81,7 +78,7 @@ async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
 
 
 async def _serve(config: OrchestratorConfig) -> None:
-    config = await _with_image(config)
+    config = await with_image(config)
     try:
         async with Orchestrator(config) as orchestrator:
             log.info("serving MCP on stdio (orchestrator %s)", config.orchestrator_id)
@@ -89,16 +86,3 @@ async def _serve(config: OrchestratorConfig) -> None:
             log.info("stdin closed")
     finally:
         log.info("stopped: no session of orchestrator %s is left", config.orchestrator_id)
-
-
-async def _with_image(config: OrchestratorConfig) -> OrchestratorConfig:
-    """The config with its image, built here when missing so its progress shows on stderr."""
-    if config.image is not None:
-        return config
-    client = DockerClient()
-    try:
-        built = await ensure_worker_image(client, progress=PlainBuildProgress())
-    finally:
-        with anyio.CancelScope(shield=True):
-            await client.aclose()
-    return dataclasses.replace(config, image=built.tag)

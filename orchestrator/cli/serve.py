@@ -2,7 +2,8 @@
 one address, for the tenants of a tenants file or else one local tenant.
 
 The port is bound before anything slow happens, so a taken port fails at once; then the image is
-built if missing, the orchestrator started, and the address printed (with the local tenant's key
+built if missing, the orchestrator started, ``--pool`` sessions of the default policy warmed
+(with a progress display on stderr), and the address printed (with the local tenant's key
 when it was just made: it is shown only that once, and kept mode 0600 in the data directory).
 
 Stopping: the first Ctrl-C, SIGTERM or SIGHUP stops accepting requests, lets those in flight
@@ -11,8 +12,9 @@ finish for ``GRACEFUL_SHUTDOWN_TIMEOUT``, then tears down every session this ser
 requests short, never the teardown. A signal before serving began cancels the start-up.
 
 Environment: the ``SBX_*`` settings of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
-``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...; ``--policy`` wins over ``SBX_POLICY``), and
-``SBX_DATA_DIR`` for the local key (else ``$XDG_DATA_HOME/sbx``, else ``~/.local/share/sbx``).
+``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...; ``--policy`` wins over ``SBX_POLICY``),
+``SBX_POOL`` for ``--pool``, and ``SBX_DATA_DIR`` for the local key (else ``$XDG_DATA_HOME/sbx``,
+else ``~/.local/share/sbx``).
 """
 
 from __future__ import annotations
@@ -30,15 +32,15 @@ from typing import Annotated
 import anyio
 import typer
 import uvicorn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator.backend.docker import DockerClient
-from orchestrator.cli._common import reported_errors
-from orchestrator.cli.image import PlainBuildProgress
+from orchestrator.arguments import check_policy_name
+from orchestrator.cli._common import reported_errors, stderr
+from orchestrator.cli.image import with_image
 from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.http import build_app
-from orchestrator.images import ensure_worker_image
-from orchestrator.orchestrator import Orchestrator
+from orchestrator.orchestrator import MAX_POOL_SIZE, Orchestrator
 from orchestrator.policy import load_policy
 from orchestrator.tenants import LOCAL_KEY_FILE, LOCAL_TENANT, TenantKeys, data_dir, local_tenant
 
@@ -48,6 +50,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Requests in flight get this long to finish once a stop is asked for; an SSE stream would
 # otherwise hold the shutdown for as long as its terminal runs.
 GRACEFUL_SHUTDOWN_TIMEOUT = 5
+# How often the warm-up display looks at the pool: a session takes some 0.3-0.7 s to warm.
+POOL_POLL_INTERVAL = 0.1
+# Serving starts anyway when no session got ready for this long (an engine refusing, a quota):
+# the pool goes on filling in the background, with its own back-off.
+POOL_STALL_TIMEOUT = 60.0
 
 
 def serve(
@@ -66,6 +73,15 @@ def serve(
         str | None,
         typer.Option(help="Default policy (name or file) for sessions a call names none for."),
     ] = None,
+    pool: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_POOL_SIZE,
+            envvar="SBX_POOL",
+            help="Sessions of the default policy to keep warm, filled before serving starts.",
+        ),
+    ] = 0,
 ) -> None:
     """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
     logging.basicConfig(
@@ -75,12 +91,22 @@ def serve(
     with reported_errors():
         config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
         load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
+        if pool:
+            config = _with_pool(config, pool)
         keys, notice = _keys(tenants)
         listener = _listen(host, port)
         with listener:
             stopped_by = anyio.run(_serve_until_stopped, config, keys, listener, host, notice)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
+
+
+def _with_pool(config: OrchestratorConfig, size: int) -> OrchestratorConfig:
+    try:
+        check_policy_name(config.default_policy)  # pools are kept per policy name
+    except InvalidArgumentError:
+        raise InvalidArgumentError("--pool needs a policy name, not a policy file") from None
+    return dataclasses.replace(config, pool={config.default_policy: size})
 
 
 def _keys(tenants: Path | None) -> tuple[TenantKeys, str]:
@@ -138,7 +164,7 @@ async def _serve_until_stopped(
         async with anyio.create_task_group() as group:
             group.start_soon(_stop_on_signals, signals, run)
             with run.startup:
-                config = await _with_image(config)
+                config = await with_image(config)
             if not run.received:
                 await _serve(config, keys, listener, host, notice, run)
             group.cancel_scope.cancel()
@@ -166,6 +192,9 @@ async def _serve(
     run: _Run,
 ) -> None:
     async with Orchestrator(config) as orchestrator:
+        run.startup = anyio.CancelScope()  # a signal while the pool warms ends the warm-up
+        with run.startup:
+            await _warm_pool(orchestrator)
         server_config = uvicorn.Config(
             build_app(orchestrator, keys, host=host),
             lifespan="on",
@@ -182,14 +211,29 @@ async def _serve(
     log.info("stopped: no session of orchestrator %s is left", config.orchestrator_id)
 
 
-async def _with_image(config: OrchestratorConfig) -> OrchestratorConfig:
-    """The config with its image, built here when missing so its progress shows on stderr."""
-    if config.image is not None:
-        return config
-    client = DockerClient()
-    try:
-        built = await ensure_worker_image(client, progress=PlainBuildProgress())
-    finally:
-        with anyio.CancelScope(shield=True):
-            await client.aclose()
-    return dataclasses.replace(config, image=built.tag)
+async def _warm_pool(orchestrator: Orchestrator) -> None:
+    """Wait for the warm pool to fill, showing how far it got (a live bar on a terminal, one
+    line at the end otherwise); give up waiting after ``POOL_STALL_TIMEOUT`` without progress."""
+    size = sum(status["size"] for status in orchestrator.pool_status().values())
+    if not size:
+        return
+    columns = (
+        TextColumn("warming the pool"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=stderr, disable=not stderr.is_terminal) as progress:
+        task = progress.add_task("pool", total=size)
+        ready, progressed = 0, anyio.current_time()
+        while ready < size:
+            if anyio.current_time() - progressed > POOL_STALL_TIMEOUT:
+                log.warning("pool: %d of %d ready; serving, it goes on filling", ready, size)
+                break
+            await anyio.sleep(POOL_POLL_INTERVAL)
+            got = sum(status["ready"] for status in orchestrator.pool_status().values())
+            if got > ready:
+                ready, progressed = got, anyio.current_time()
+                progress.update(task, completed=ready)
+    if not stderr.is_terminal:
+        typer.echo(f"sbx: warm pool: {ready} of {size} session(s) ready", err=True)
