@@ -14,27 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
 import anyio
+from _stats import summary
 
 from orchestrator.backend.base import ExecSpec
 from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 
 LABELS = {"sbx.bench": "repl"}
-
-
-def summary(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 3),
-        "p90_ms": round(ms[int(len(ms) * 0.9) - 1], 3),
-        "min_ms": round(ms[0], 3),
-    }
 
 
 async def timed(rounds: int, step: Callable[[], Awaitable[object]]) -> list[float]:

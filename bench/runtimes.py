@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _stats import summary
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import OrchestratorError
@@ -37,16 +38,6 @@ MIB = 1024 * 1024
 WARMUP_ROUNDS = 50
 # Let creation's transient memory settle before measuring idle sessions.
 SETTLE_SECONDS = 3.0
-
-
-def summary(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 3),
-        "p90_ms": round(ms[max(int(len(ms) * 0.9) - 1, 0)], 3),
-        "min_ms": round(ms[0], 3),
-    }
 
 
 def write_policies(directory: Path) -> None:

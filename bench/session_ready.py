@@ -10,26 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import anyio
+from _stats import summary
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.orchestrator import Orchestrator
 
 LABELS = {"sbx.bench": "session-ready"}
 POOL_SIZE = 2
-
-
-def summary(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 3),
-        "p90_ms": round(ms[max(int(len(ms) * 0.9) - 1, 0)], 3),
-        "min_ms": round(ms[0], 3),
-    }
 
 
 async def refilled(orch: Orchestrator) -> None:

@@ -15,12 +15,12 @@ import json
 import os
 import platform
 import secrets
-import statistics
 import subprocess
 import time
 from typing import Any
 
 import anyio
+from _stats import summary
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.orchestrator import Orchestrator
@@ -28,16 +28,6 @@ from orchestrator.orchestrator import Orchestrator
 LABELS = {"sbx.bench": "terminal"}
 COMMAND = "echo hi"
 WARMUP_ROUNDS = 20
-
-
-def summary(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 3),
-        "p90_ms": round(ms[max(int(len(ms) * 0.9) - 1, 0)], 3),
-        "min_ms": round(ms[0], 3),
-    }
 
 
 async def bench_shell_run(orch: Orchestrator, session_id: str, rounds: int) -> list[float]:

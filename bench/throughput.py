@@ -18,12 +18,12 @@ import math
 import os
 import platform
 import secrets
-import statistics
 import time
 from typing import Any
 
 import anyio
 import psutil
+from _stats import summary
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.orchestrator import Orchestrator
@@ -33,16 +33,6 @@ LABELS = {"sbx.bench": "throughput"}
 CELL = "sum(range(1000))"
 EXPECTED = repr(sum(range(1000)))
 WARMUP_ROUNDS = 20
-
-
-def summary(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 3),
-        "p90_ms": round(ms[max(int(len(ms) * 0.9) - 1, 0)], 3),
-        "min_ms": round(ms[0], 3),
-    }
 
 
 async def drive(orch: Orchestrator, session: Session, until: float, samples: list[float]) -> None:
