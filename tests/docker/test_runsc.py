@@ -301,15 +301,17 @@ async def test_a_memory_bomb_is_held_by_the_memory_limit_under_gvisor(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="gVisor (runsc 20221219, ptrace): the sandbox's kernel shares the container's memory "
-    "and pids cgroups with the code it runs, so reaching either limit ends the whole container",
+    reason="gVisor (runsc 20221219, ptrace): the sandbox's kernel shares the container's pids "
+    "cgroup with the code it runs, so a fork bomb reaching the limit ends the whole container",
 )
-@pytest.mark.parametrize("source", [MEMORY_BOMB, FORK_BOMB], ids=["memory", "fork"])
-async def test_after_a_bomb_the_container_lives_on_as_under_runc(
-    source: str, gvisor: Policy, docker_backend: DockerBackend, make_container: ContainerFactory
+async def test_after_a_fork_bomb_the_container_lives_on_as_under_runc(
+    gvisor: Policy, docker_backend: DockerBackend, make_container: ContainerFactory
 ) -> None:
+    # A memory bomb has no such test: whether the OOM killer picks the bomb or gVisor's own
+    # kernel varies from run to run (both were seen here), so only "the host is protected and
+    # the OOM is reported" is asserted for it, above.
     container_id = await make_container(_tight(gvisor, memory_mb=128))
-    state = await run_until_it_or_the_container_ends(docker_backend, container_id, source)
+    state = await run_until_it_or_the_container_ends(docker_backend, container_id, FORK_BOMB)
     assert state.running
 
 
