@@ -8,9 +8,11 @@ fresh worker and is told so. Callers serialise requests (the session lock).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -27,7 +29,9 @@ from orchestrator.protocol import (
     Reply,
     payload,
 )
-from orchestrator.worker_process import WORKER_ARGV, WorkerExited, WorkerProcess
+from orchestrator.worker_process import WORKER_ARGV, WorkerExited, WorkerProcess, kill_pid
+
+log = logging.getLogger(__name__)
 
 # Room around the policy's reply cap for JSON framing and the fixed fields.
 FRAME_SLACK_BYTES = 64 * 1024
@@ -70,6 +74,8 @@ def worker_config(policy: Policy) -> dict[str, Any]:
         "max_stream_bytes": policy.output.max_stream_bytes,
         "max_reply_bytes": policy.output.max_reply_bytes,
         "max_repr_chars": policy.output.max_stream_bytes,
+        # The interpreter outlives a crash of the orchestrator; the next one re-adopts it.
+        "persist": True,
     }
 
 
@@ -81,19 +87,32 @@ class Repl:
         policy: Policy,
         *,
         worker_argv: Sequence[str] = WORKER_ARGV,
+        adopt_pid: int | None = None,
+        on_new_worker: Callable[[int], None] | None = None,
     ) -> None:
         self._backend = backend
         self._container_id = container_id
         self._policy = policy
         self._worker_argv = worker_argv
         self._worker: WorkerProcess | None = None
+        # A persistent worker left by an orchestrator before this one, reached on first use.
+        self._adopt_pid = adopt_pid
+        self._on_new_worker = on_new_worker
         # True once a worker with user state was lost; reported by the next execute.
         self._state_lost = False
+
+    @property
+    def worker_pid(self) -> int | None:
+        if self._worker is not None and self._worker.alive:
+            return self._worker.pid
+        return self._adopt_pid
 
     async def start(self) -> None:
         await self._ensure_worker()
 
     async def _ensure_worker(self) -> WorkerProcess:
+        if (self._worker is None or not self._worker.alive) and self._adopt_pid is not None:
+            await self._adopt(self._adopt_pid)
         if self._worker is None or not self._worker.alive:
             try:
                 self._worker = await WorkerProcess.start(
@@ -106,7 +125,25 @@ class Repl:
             except (ProtocolViolation, WorkerExited, TimeoutError) as exc:
                 cause = str(exc) or "no ready frame in time"
                 raise ProcessCrashedError("the Python worker failed to start", cause=cause) from exc
+            if self._on_new_worker is not None:
+                self._on_new_worker(self._worker.pid)
         return self._worker
+
+    async def _adopt(self, pid: int) -> None:
+        """Reach the worker an earlier orchestrator left running. One that cannot be reached
+        (gone, busy past the ready timeout, or a stranger on its socket) is killed: its state is
+        lost, which the next execute reports, and it never lingers as an orphan."""
+        self._adopt_pid = None
+        max_frame = self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES
+        try:
+            self._worker = await WorkerProcess.attach(
+                self._backend, self._container_id, pid, max_frame=max_frame
+            )
+        except (ProtocolViolation, WorkerExited, TimeoutError) as exc:
+            log.info("worker %d in %s not re-adopted: %s", pid, self._container_id[:12], exc)
+            self._state_lost = True
+            with contextlib.suppress(BackendError):
+                await kill_pid(self._backend, self._container_id, pid)
 
     async def execute(self, code: str, *, timeout: float) -> ExecuteOutcome:
         limit = self._policy.python.max_code_bytes

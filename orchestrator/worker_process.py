@@ -32,6 +32,7 @@ from orchestrator.protocol import (
 )
 
 WORKER_ARGV = ("python3", "-I", "/opt/sbx/worker/repl_worker.py")
+RELAY_ARGV = ("python3", "-I", "/opt/sbx/worker/relay.py")
 # The worker's pid is told by this shell before it execs the worker, i.e. before any untrusted
 # code runs; the pid the worker itself reports is only checked against it.
 PID_ANNOUNCER = ("/bin/sh", "-c", 'echo "sbx-pid $$"; exec "$@"', "sbx-worker")
@@ -80,6 +81,26 @@ class WorkerProcess:
         argv: Sequence[str] = WORKER_ARGV,
     ) -> WorkerProcess:
         spec = ExecSpec(argv=[*PID_ANNOUNCER, *argv], env={"SBX_WORKER_CONFIG": json.dumps(config)})
+        return await cls._open(backend, container_id, spec, max_frame=max_frame)
+
+    @classmethod
+    async def attach(
+        cls, backend: DockerBackend, container_id: str, pid: int, *, max_frame: int
+    ) -> WorkerProcess:
+        """Reach a persistent worker that outlived the orchestrator which started it, through a
+        relay exec (``worker/relay.py``). The relay announces the pid at the far end of the
+        socket; it must be ``pid``, the worker the registry knows, or this is not our worker."""
+        spec = ExecSpec(argv=[*RELAY_ARGV, str(pid)])
+        worker = await cls._open(backend, container_id, spec, max_frame=max_frame)
+        if worker.pid != pid:
+            await worker._stream.aclose()  # a stranger on the socket: leave it, drop the relay
+            raise ProtocolViolation(f"the worker's socket is held by pid {worker.pid}, not {pid}")
+        return worker
+
+    @classmethod
+    async def _open(
+        cls, backend: DockerBackend, container_id: str, spec: ExecSpec, *, max_frame: int
+    ) -> WorkerProcess:
         stream = await backend.open_exec(container_id, spec)
         worker = cls(backend, container_id, stream, max_frame)
         try:
@@ -146,12 +167,8 @@ class WorkerProcess:
 
     async def signal(self, name: str) -> None:
         """Deliver a signal (``INT``, ``KILL``) to the worker inside its container."""
-        if not self.pid:
-            return
-        argv = ["/bin/sh", "-c", 'kill -s "$1" "$2"', "sh", name, str(self.pid)]
-        await self._backend.run(
-            self._container_id, ExecSpec(argv=argv), timeout=SIGNAL_TIMEOUT, max_output_bytes=4096
-        )
+        if self.pid:
+            await kill_pid(self._backend, self._container_id, self.pid, name)
 
     async def kill(self) -> None:
         """SIGKILL the worker and release its stream; safe to call more than once."""
@@ -167,3 +184,11 @@ class WorkerProcess:
 
     async def exit_code(self) -> int | None:
         return await self._backend.wait_exec_exit(self.exec_id, timeout=5.0)
+
+
+async def kill_pid(backend: DockerBackend, container_id: str, pid: int, name: str = "KILL") -> None:
+    """Send signal ``name`` to ``pid`` inside the container (argv only, no shell string)."""
+    argv = ["/bin/sh", "-c", 'kill -s "$1" "$2"', "sh", name, str(pid)]
+    await backend.run(
+        container_id, ExecSpec(argv=argv), timeout=SIGNAL_TIMEOUT, max_output_bytes=4096
+    )

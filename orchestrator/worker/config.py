@@ -37,6 +37,8 @@ class WorkerConfig:
     max_stream_bytes: int
     max_reply_bytes: int
     max_repr_chars: int
+    # Outlive the host's stream: on its end, wait for a relay on socket_path(pid) (see relay.py).
+    persist: bool
 
     @property
     def restricted(self) -> bool:
@@ -52,7 +54,7 @@ def parse_config(text: str | None) -> WorkerConfig:
         raise ConfigError(f"{CONFIG_ENV} is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{CONFIG_ENV} must be a JSON object")
-    expected = {"mode", *_LISTS, *_LIMITS}
+    expected = {"mode", "persist", *_LISTS, *_LIMITS}
     missing, unknown = expected - raw.keys(), raw.keys() - expected
     if missing or unknown:
         raise ConfigError(
@@ -60,6 +62,8 @@ def parse_config(text: str | None) -> WorkerConfig:
         )
     if raw["mode"] not in MODES:
         raise ConfigError(f"{CONFIG_ENV}: mode must be one of {MODES}")
+    if not isinstance(raw["persist"], bool):
+        raise ConfigError(f"{CONFIG_ENV}: persist must be true or false")
     lists = {key: _names(raw, key, pattern) for key, pattern in _LISTS.items()}
     limits = {key: _limit(raw, key) for key in _LIMITS}
     if limits["max_reply_bytes"] < MIN_REPLY_BYTES:
@@ -73,6 +77,7 @@ def parse_config(text: str | None) -> WorkerConfig:
         max_stream_bytes=limits["max_stream_bytes"],
         max_reply_bytes=limits["max_reply_bytes"],
         max_repr_chars=limits["max_repr_chars"],
+        persist=raw["persist"],
     )
 
 

@@ -8,9 +8,16 @@ while a request runs, when they are that request's capture pipes. Then it writes
 reply line (see wire.py for the format, ``Worker.handle`` for the operations). EOF on the
 protocol input or a ``shutdown`` request ends it with status 0; a bad configuration with a
 ``{"type": "fatal"}`` line and status 2.
+
+With ``persist`` set, the end of the host's stream does not end the worker: the host that started
+it is gone (``kill -9`` of the orchestrator closes the attached exec), and the next one may want
+the state back. The worker then serves connections on a unix socket at ``socket_path(pid)``, one
+at a time, each opening with a fresh ready frame; ``relay.py`` joins such a connection to a new
+exec's stream. Only a ``shutdown`` request, or a SIGKILL, ends a persistent worker.
 """
 
 import os
+import socket
 import sys
 
 if __name__ == "__main__" and not __package__:
@@ -26,6 +33,7 @@ from .executor import CellOutcome, Executor
 from .interrupts import InterruptGate
 from .introspect import inspect_value, list_variables
 from .metrics import ResourceMeter
+from .relay import socket_path
 from .wire import BadRequest, LineReader, Request, dump, encode_reply, parse_request, write_line
 
 PROTOCOL_VERSION = 1
@@ -44,11 +52,32 @@ class Worker:
         self.executor = Executor(config, self.gate)
         self.capture = OutputCapture(config.max_stream_bytes)
         self.meter = ResourceMeter()
-        line_limit = config.max_code_bytes * _ESCAPE_FACTOR + _ENVELOPE_BYTES
-        self._reader = LineReader(protocol_in, line_limit)
+        self._line_limit = config.max_code_bytes * _ESCAPE_FACTOR + _ENVELOPE_BYTES
+        self._reader = LineReader(protocol_in, self._line_limit)
         self._out = protocol_out
 
-    def serve(self) -> int:
+    def serve(self, listener: socket.socket | None = None) -> int:
+        """Serve the host's stream; then, with a ``listener``, one relay connection after
+        another. Returns when a ``shutdown`` request is answered or the last stream ends."""
+        while True:
+            try:
+                if self._serve_stream():
+                    return 0
+            except OSError:
+                pass  # the peer went away while we wrote; a persistent worker waits for the next
+            finally:
+                self._reader.close()
+                if self._out != self._reader.fd:
+                    os.close(self._out)
+            if listener is None:
+                return 0
+            connection, _ = listener.accept()
+            fd = connection.detach()
+            self._reader = LineReader(fd, self._line_limit)
+            self._out = fd
+
+    def _serve_stream(self) -> bool:
+        """One stream from ready frame to its end; True if it ended with ``shutdown``."""
         version = ".".join(str(part) for part in sys.version_info[:3])
         self._send(
             {"type": "ready", "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "python": version}
@@ -60,13 +89,13 @@ class Worker:
                 self._send(_refusal(exc))
                 continue
             if line is None:
-                return 0
+                return False
             if not line.strip():
                 continue
             reply, stop = self.handle(line)
             self._send(reply)
             if stop:
-                return 0
+                return True
 
     def handle(self, line: bytes) -> tuple[Reply, bool]:
         """One request line to its reply, and whether the worker should stop after it."""
@@ -177,12 +206,29 @@ def _take_protocol_fds() -> tuple[int, int]:
     return protocol_in, protocol_out
 
 
+def _listen() -> socket.socket | None:
+    """The socket a relay reaches this worker on, bound before any user code runs; None if it
+    cannot be made (the worker then ends with the host's stream, as without ``persist``)."""
+    path = socket_path(os.getpid())
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if os.path.lexists(path):
+            os.unlink(path)  # a worker that had this pid before is gone
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(1)
+    except OSError:
+        return None
+    return listener
+
+
 def main() -> int:
     try:
         config = parse_config(os.environ.pop(CONFIG_ENV, None))
     except ConfigError as exc:
         write_line(1, dump({"type": "fatal", "error_message": str(exc)}))
         return 2
+    listener = _listen() if config.persist else None
     protocol_in, protocol_out = _take_protocol_fds()
     worker = Worker(config, protocol_in, protocol_out)
     worker.gate.install()
@@ -191,7 +237,7 @@ def main() -> int:
     # The session's namespace is __main__ from now on: pickling, dataclasses and typing resolve
     # user classes there, and the worker's own globals are no longer reachable by that name.
     sys.modules["__main__"] = worker.executor.module
-    return worker.serve()
+    return worker.serve(listener)
 
 
 if __name__ == "__main__":

@@ -59,8 +59,14 @@ class LineReader:
     """Lines from the protocol input, each at most ``limit`` bytes."""
 
     def __init__(self, fd: int, limit: int) -> None:
-        self._file: BinaryIO = os.fdopen(fd, "rb", buffering=1 << 16)
+        self.fd = fd
+        # closefd=False: the fd may also carry replies (a socket); the owner closes it.
+        self._file: BinaryIO = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
         self._limit = limit
+
+    def close(self) -> None:
+        self._file.close()
+        os.close(self.fd)
 
     def read_line(self) -> bytes | None:
         """The next line; None at EOF. Raises BadRequest for an over-long line, discarded."""
