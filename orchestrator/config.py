@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.audit import AuditConfig
 from orchestrator.errors import InvalidArgumentError
+from orchestrator.tenants import TenantConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,7 +18,9 @@ class OrchestratorConfig:
     default_policy: str = "default"
     policy_dirs: tuple[Path, ...] = ()
     image: str | None = None
-    orchestrator_id: str = field(default_factory=lambda: f"sbx-{secrets.token_hex(6)}")
+    # The id on every container's labels. None: the registry's (made once and kept there), or
+    # a fresh one when the registry lives in memory.
+    orchestrator_id: str | None = None
     tenant: str = "local"
     extra_labels: dict[str, str] = field(default_factory=dict)
     busy_timeout: float = 30.0
@@ -29,13 +32,19 @@ class OrchestratorConfig:
     # Where the audit log's segments go; None keeps no audit log.
     audit_dir: Path | None = None
     audit: AuditConfig = field(default_factory=AuditConfig)
+    # The registry's SQLite file; None keeps it in memory (nothing survives the process).
+    registry_path: Path | None = None
+    # On close: "destroy" every session, or "persist" them for the next start to re-adopt.
+    on_shutdown: Literal["destroy", "persist"] = "destroy"
+    # Tenants by name, with their allowed policies and quotas (``tenants.TenantConfig``).
+    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, **settings: Any) -> OrchestratorConfig:
         """Settings from the environment, for the CLI: ``SBX_IMAGE`` (use this image, do not
         build), ``SBX_POLICY`` (default policy), ``SBX_ORCHESTRATOR_ID`` (the id on every
         container's labels), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container),
-        ``SBX_AUDIT_DIR`` (keep an audit log there).
+        ``SBX_AUDIT_DIR`` (keep an audit log there), ``SBX_REGISTRY`` (the registry's file).
         Explicit ``settings`` win."""
         env: dict[str, Any] = {}
         if image := os.environ.get("SBX_IMAGE"):
@@ -48,6 +57,8 @@ class OrchestratorConfig:
             env["extra_labels"] = _labels(labels)
         if audit_dir := os.environ.get("SBX_AUDIT_DIR"):
             env["audit_dir"] = Path(audit_dir)
+        if registry := os.environ.get("SBX_REGISTRY"):
+            env["registry_path"] = Path(registry)
         return cls(**(env | settings))
 
 

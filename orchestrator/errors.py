@@ -100,6 +100,13 @@ class QuotaExceededError(OrchestratorError):
 
     code = "quota_exceeded"
 
+    def __init__(self, message: str, *, quota: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.quota = quota or message.partition(":")[0]
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "quota": self.quota}
+
 
 class BusyError(OrchestratorError):
     """The resource is in use and the caller chose (or ran out of time) not to wait."""

@@ -64,6 +64,12 @@ class CodeHistory:
         self._entries.append(entry)
         return entry
 
+    def restore(self, entries: list[HistoryEntry]) -> None:
+        """Take back the entries a registry kept (after a restart of the orchestrator)."""
+        self._entries.extend(entries)
+        if entries:
+            self._count = max(self._count, entries[-1].index)
+
     @property
     def entries(self) -> list[HistoryEntry]:
         return list(self._entries)

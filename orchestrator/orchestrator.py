@@ -1,14 +1,19 @@
 """The Orchestrator: sessions, who owns them, and the python_repl operations on them.
 
-Invariants: a session id is visible only to its tenant, and an unknown id and another tenant's id
-raise the same ``SessionNotFoundError``; a session is created whole (container and ready worker)
-or not at all; ``aclose`` removes every container this orchestrator created, shielded and bounded.
+Invariants: a session id is visible only to its owner (``owners``), and an unknown id and another
+owner's id raise the same ``SessionNotFoundError``; a session is created whole (container and
+ready worker) or not at all, and only within its tenant's quotas; every live session is in the
+registry (``store``), so a restart after a crash re-adopts it (``reconcile``); ``aclose`` removes
+every container this orchestrator created (or, with ``on_shutdown="persist"``, leaves them for
+the next start), shielded and bounded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -17,6 +22,7 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
+from orchestrator.adoption import adopt_session
 from orchestrator.arguments import (
     check_code,
     check_max_tokens,
@@ -26,7 +32,7 @@ from orchestrator.arguments import (
     check_variable,
 )
 from orchestrator.audit import AuditLog
-from orchestrator.backend.base import LABEL_ORCHESTRATOR, ContainerSpec
+from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, ContainerSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import OrchestratorConfig as OrchestratorConfig  # re-exported
 from orchestrator.errors import (
@@ -34,26 +40,27 @@ from orchestrator.errors import (
     BusyError,
     InvalidArgumentError,
     OrchestratorError,
+    PolicyViolationError,
     QuotaExceededError,
     SessionNotFoundError,
 )
-from orchestrator.files import SessionFiles
-from orchestrator.history import CodeHistory
 from orchestrator.lifecycle import (
-    EndedSessions,
     eviction_candidate,
     expiry_reason,
     reap_interval,
     should_pause,
 )
+from orchestrator.owners import SHARE_ACTIONS, check_task, current_task, task_scope
 from orchestrator.policy import Policy, load_policy
 from orchestrator.pool import WarmPool
-from orchestrator.processes import SessionProcesses
 from orchestrator.protocol import InspectReply, ListVariablesReply
-from orchestrator.repl import ExecuteOutcome, Repl
+from orchestrator.quotas import check_policy_allowed, check_room, per_session_cap, usage_of
+from orchestrator.reconcile import ReconcileReport, plan
+from orchestrator.repl import ExecuteOutcome
+from orchestrator.session_table import SessionTable
 from orchestrator.sessions import Session, new_session_id
-from orchestrator.shell import PersistentShell
-from orchestrator.terminal import SessionTerminals
+from orchestrator.store import Registry, SessionRecord
+from orchestrator.tenants import TenantConfig
 from orchestrator.tools import TOOLS, ToolResult, call_tool
 
 log = logging.getLogger(__name__)
@@ -64,6 +71,8 @@ MAX_POOL_SIZE = 256
 
 # Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
 SHUTDOWN_TIMEOUT = 60.0
+# Re-adopting one session: a sweep exec, a relay exec and a ready frame (or a fresh worker).
+ADOPT_TIMEOUT = 30.0
 
 
 class ExecuteResult(ExecuteOutcome):
@@ -78,15 +87,20 @@ class Orchestrator:
         self.config = config or OrchestratorConfig()
         self.backend = backend or DockerBackend()
         self._image = self.config.image
-        self._sessions: dict[str, Session] = {}
-        self._creating = 0
+        self._registry = Registry(self.config.registry_path)
+        self._table = SessionTable(self._registry)
+        self.orchestrator_id = self.config.orchestrator_id or ""
+        # Creations in flight (tenant, task, policy), counted against every limit.
+        self._reserved: dict[int, tuple[str, str | None, Policy]] = {}
+        self._tokens = itertools.count()
+        # Session ids whose container exists or is being made but which are in no table yet.
+        self._building: set[str] = set()
         self._policies: dict[str, Policy] = {}
-        self._items: dict[tuple[str, str], str] = {}
-        self._ended = EndedSessions()
         self._pools: dict[str, WarmPool] = {}
         self._audit: AuditLog | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self.last_reconcile = ReconcileReport()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -100,13 +114,23 @@ class Orchestrator:
     ) -> None:
         await self.aclose()
 
+    @property
+    def _sessions(self) -> dict[str, Session]:
+        return self._table.sessions
+
     async def start(self) -> None:
-        """Check the engine, load the default policy, make sure the image exists, and open the
-        task group that owns every session's background tasks (terminal output pumps).
+        """Check the engine, open the registry, load the default policy, make sure the image
+        exists, open the task group that owns every session's background tasks, and reconcile:
+        re-adopt the sessions the registry knows, reap the containers it does not.
 
         Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
         await self.backend.client.ping()
         self.policy(self.config.default_policy)
+        self._registry.open()
+        self._exit_stack.callback(self._registry.close)
+        self.orchestrator_id = self._registry.orchestrator_id(
+            self.config.orchestrator_id, f"sbx-{secrets.token_hex(6)}"
+        )
         if self.config.audit_dir is not None:
             self._audit = await AuditLog.open(self.config.audit_dir, self.config.audit)
         if self._image is None:
@@ -114,18 +138,25 @@ class Orchestrator:
 
             self._image = (await ensure_worker_image(self.backend.client)).tag
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
+        self.last_reconcile = await self.reconcile(adopt=True)
+        if self.last_reconcile.adopted or self.last_reconcile.reaped:
+            log.info("reconciled: %s", self.last_reconcile.summary())
         self._task_group.start_soon(self._reap_forever)
         for name, size in self.config.pool.items():
             await self.set_pool_size(name, size)
 
     async def aclose(self) -> None:
+        keep = self.config.on_shutdown == "persist"
         for pool in self._pools.values():
             pool.resize(0)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
-            sessions, self._sessions = list(self._sessions.values()), {}
+            sessions = list(self._sessions.values())
             async with anyio.create_task_group() as tg:
                 for session in sessions:
-                    tg.start_soon(session.aclose, self.backend)
+                    if keep:
+                        tg.start_soon(self._leave_for_next_start, session)
+                    else:
+                        tg.start_soon(self.end_session, session, "the orchestrator shut down")
         if self._task_group is not None:
             # Cancelling ends the pools' refill tasks, which remove what they still hold.
             self._task_group.cancel_scope.cancel()
@@ -137,28 +168,56 @@ class Orchestrator:
         # Outside the scopes above: the task group must be exited as the innermost scope.
         await self._exit_stack.aclose()
 
+    async def _leave_for_next_start(self, session: Session) -> None:
+        """Shut down without ending: the container and its worker stay, the registry keeps the
+        row, and the next start re-adopts it. Terminals and the shell end (nothing would read
+        them); their processes are killed here rather than left for the sweep."""
+        self._sessions.pop(session.id, None)
+        await session.close_parts(keep_worker=True)
+        log.info("session %s left running for the next start", session.id)
+
     def policy(self, name: str | None) -> Policy:
         name = name or self.config.default_policy
         if name not in self._policies:
             self._policies[name] = load_policy(name, search_dirs=self.config.policy_dirs)
         return self._policies[name]
 
-    async def call(self, tool: Any, arguments: Any, *, tenant: str | None = None) -> ToolResult:
-        """One tool call as every interface makes it: ``{operation, ...}`` in, a result out.
-        Every call, refused ones included, goes into the audit log when one is kept."""
+    def tenant_config(self, tenant: str) -> TenantConfig | None:
+        return self.config.tenants.get(tenant)
+
+    async def call(
+        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+    ) -> ToolResult:
+        """One tool call as every interface makes it: ``{operation, ...}`` in, a result out, for
+        ``tenant`` and optionally one ``task`` of it. Every call, refused ones included, goes
+        into the audit log when one is kept."""
         started = time.perf_counter()
         found = TOOLS.get(tool) if isinstance(tool, str) else None
-        if found is None:
-            error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
-            result = ToolResult({"success": False, **error.to_dict()}, str(error))
+        try:
+            task = check_task(task)
+        except InvalidArgumentError as exc:
+            result = ToolResult({"success": False, **exc.to_dict()}, str(exc))
+            task = None
         else:
-            result = await call_tool(self, found, arguments, tenant=tenant)
+            if found is None:
+                error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
+                result = ToolResult({"success": False, **error.to_dict()}, str(error))
+            else:
+                with task_scope(task):
+                    result = await call_tool(self, found, arguments, tenant=tenant)
         if self._audit is not None:
-            await self._audit_call(tool, arguments, tenant, result, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            await self._audit_call(tool, arguments, tenant, task, result, seconds)
         return result
 
     async def _audit_call(
-        self, tool: Any, arguments: Any, tenant: str | None, result: ToolResult, seconds: float
+        self,
+        tool: Any,
+        arguments: Any,
+        tenant: str | None,
+        task: str | None,
+        result: ToolResult,
+        seconds: float,
     ) -> None:
         assert self._audit is not None
         structured = result.structured
@@ -167,7 +226,7 @@ class Orchestrator:
         try:
             await self._audit.record(
                 tenant=tenant or self.config.tenant,
-                task=None,
+                task=task,
                 tool=str(tool)[:64],
                 operation=str(structured.get("operation"))[:64],
                 session_id=session_id if isinstance(session_id, str) else None,
@@ -188,32 +247,62 @@ class Orchestrator:
         self, *, policy: str | None = None, tenant: str | None = None
     ) -> Session:
         tenant = tenant or self.config.tenant
+        task = current_task()
         effective = self.policy(policy)
+        limits = self.tenant_config(tenant)
+        check_policy_allowed(limits, effective)
+        self._check_open(tenant, task)
         await self._make_room()
-        self._reserve(tenant, effective)
+        token = self._reserve(tenant, task, effective, limits)
         try:
-            return await self._build_session(tenant, effective)
+            session = await self._build_session(tenant, effective)
         finally:
-            self._creating -= 1
+            del self._reserved[token]
+        # The owner may have been closed while the container was made: nothing half-made stays.
+        if self._table.grants.sealed(tenant, task):
+            await self.end_session(session, "its owner was closed while it was created")
+            raise SessionNotFoundError(f"task {task} was closed")
+        return session
+
+    def _check_open(self, tenant: str, task: str | None) -> None:
+        if self._table.grants.sealed(tenant, task):
+            raise PolicyViolationError(
+                f"task {task} was closed (close_owner); use another task", rule="closed_owner"
+            )
 
     async def _make_room(self) -> None:
         """At ``max_sessions``, end the least recently active idle session (seed 000's rule)."""
-        if len(self._sessions) + self._creating < self.config.max_sessions:
+        if len(self._sessions) + len(self._reserved) < self.config.max_sessions:
             return
         victim = eviction_candidate(self._sessions.values())
         if victim is not None:
             await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
 
-    def _reserve(self, tenant: str, policy: Policy) -> None:
-        if len(self._sessions) + self._creating >= self.config.max_sessions:
+    def _reserve(
+        self, tenant: str, task: str | None, policy: Policy, limits: TenantConfig | None
+    ) -> int:
+        """Check every limit and hold a place, with no await in between: concurrent creates
+        are counted against each other."""
+        if len(self._sessions) + len(self._reserved) >= self.config.max_sessions:
             raise QuotaExceededError(
-                f"max_sessions: {self.config.max_sessions} sessions exist and all are busy"
+                f"max_sessions: {self.config.max_sessions} sessions exist and all are busy",
+                quota="max_sessions",
             )
-        owned = sum(1 for s in self._sessions.values() if s.tenant == tenant)
+        held = [s.policy for s in self._sessions.values() if s.tenant == tenant]
+        held += [p for t, _, p in self._reserved.values() if t == tenant]
+        check_room(limits, usage_of(held), policy)
+        owners = [(s.tenant, s.task) for s in self._sessions.values()]
+        owners += [(t, k) for t, k, _ in self._reserved.values()]
+        owned = owners.count((tenant, task))
         if owned >= policy.limits.max_sessions_per_owner:
             limit = policy.limits.max_sessions_per_owner
-            raise QuotaExceededError(f"max_sessions_per_owner: {limit} sessions already open")
-        self._creating += 1
+            raise QuotaExceededError(
+                f"max_sessions_per_owner: {limit} sessions already open",
+                quota="max_sessions_per_owner",
+            )
+        token = next(self._tokens)
+        self._reserved[token] = (tenant, task, policy)
+        return token
 
     async def _build_session(self, tenant: str, policy: Policy) -> Session:
         pool = self._pools.get(policy.name)
@@ -224,7 +313,11 @@ class Orchestrator:
             session = warm
         else:
             session = await self._new_session(tenant, policy)
-        self._sessions[session.id] = session
+        session.task = current_task()
+        limits = self.tenant_config(tenant)
+        session.terminals.tenant_cap = per_session_cap(limits, "terminals_per_session")
+        session.processes.tenant_cap = per_session_cap(limits, "processes_per_session")
+        self._table.add(session)
         return session
 
     async def _new_session(self, tenant: str, policy: Policy) -> Session:
@@ -238,29 +331,94 @@ class Orchestrator:
             policy=policy,
             session_id=session_id,
             tenant=tenant,
-            orchestrator_id=self.config.orchestrator_id,
+            orchestrator_id=self.orchestrator_id,
             extra_labels=self.config.extra_labels,
         )
-        container_id = await self.backend.create_container(spec)
-        session = Session(
-            id=session_id,
-            tenant=tenant,
-            policy=policy,
-            container_id=container_id,
-            repl=Repl(self.backend, container_id, policy),
-            files=SessionFiles(self.backend, container_id, policy),
-            processes=SessionProcesses(self.backend, container_id, policy),
-            terminals=SessionTerminals(self.backend, container_id, policy),
-            shell=PersistentShell(self.backend, container_id, policy),
-            history=CodeHistory(policy.python.max_history),
-        )
+        self._building.add(session_id)
         try:
-            await session.repl.start()
-            await task_group.start(session.terminals.serve)
-        except BaseException:
-            await session.aclose(self.backend)  # shielded: the container never outlives this
-            raise
+            container_id = await self.backend.create_container(spec)
+            session = Session.assemble(
+                self.backend,
+                session_id=session_id,
+                tenant=tenant,
+                policy=policy,
+                container_id=container_id,
+                on_new_worker=lambda pid: self._registry.set_worker_pid(session_id, pid),
+            )
+            try:
+                await session.repl.start()
+                await task_group.start(session.terminals.serve)
+            except BaseException:
+                await session.aclose(self.backend)  # shielded: the container never outlives this
+                raise
+        finally:
+            self._building.discard(session_id)
         return session
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    async def reconcile(self, *, adopt: bool = False) -> ReconcileReport:
+        """Match the engine's containers labelled with this orchestrator's id against what we
+        know. At start (``adopt``), the registry is what we know: its live sessions are
+        re-adopted. Later, the sessions in memory are: a container of ours that is in no table,
+        no pool and no creation in flight is an orphan and is removed, and a session whose
+        container stopped or vanished is ended."""
+        report = ReconcileReport()
+        containers = await self.backend.describe_containers(
+            [f"{LABEL_ORCHESTRATOR}={self.orchestrator_id}"]
+        )
+        if adopt:
+            records = self._registry.sessions()
+        else:
+            records = [_record_of(s) for s in self._sessions.values()]
+            pooled = {c for pool in self._pools.values() for c in pool.container_ids()}
+            containers = [
+                c
+                for c in containers
+                if c.id not in pooled and c.labels.get(LABEL_SESSION) not in self._building
+            ]
+        decided = plan(records, containers)
+        ending = {r.container_id for r in decided.forget} if not adopt else set()
+        for container in decided.reap:
+            if container.id not in ending:  # end_session below removes those
+                await self.backend.remove_container(container.id)
+                report.reaped.append(container.id)
+        for record in decided.forget:
+            if adopt:
+                self._registry.remove_session(record.id)
+            elif (session := self._sessions.get(record.id)) is not None:
+                await self.end_session(session, "its container stopped or disappeared")
+            report.forgotten.append(record.id)
+        if adopt:
+            async with anyio.create_task_group() as tg:
+                for record, container in decided.adopt:
+                    tg.start_soon(self._adopt, record, container, report)
+        return report
+
+    async def _adopt(self, record: SessionRecord, container: Any, report: ReconcileReport) -> None:
+        assert self._task_group is not None
+        try:
+            with anyio.fail_after(ADOPT_TIMEOUT):
+                session, items = await adopt_session(
+                    self.backend,
+                    self._registry,
+                    record,
+                    container,
+                    task_group=self._task_group,
+                    on_new_worker=lambda pid: self._registry.set_worker_pid(record.id, pid),
+                )
+        except (OrchestratorError, TimeoutError) as exc:
+            log.warning("session %s could not be re-adopted, reaping it: %s", record.id, exc)
+            self._registry.remove_session(record.id)
+            with contextlib.suppress(OrchestratorError):
+                await self.backend.remove_container(container.id)
+            report.reaped.append(container.id)
+            return
+        limits = self.tenant_config(session.tenant)
+        session.terminals.tenant_cap = per_session_cap(limits, "terminals_per_session")
+        session.processes.tenant_cap = per_session_cap(limits, "processes_per_session")
+        self._table.adopt(session, items)
+        report.adopted.append(record.id)
 
     # -- warm pools -----------------------------------------------------------------------
 
@@ -293,6 +451,8 @@ class Orchestrator:
         log.info("pooled session %s removed: %s", session.id, reason)
         await session.aclose(self.backend)
 
+    # -- finding sessions -----------------------------------------------------------------
+
     async def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
         """The caller's session, ready for work (resumed if it was paused)."""
         session = self.find_session(session_id, tenant=tenant)
@@ -301,15 +461,8 @@ class Orchestrator:
         return session
 
     def find_session(self, session_id: Any, *, tenant: str | None = None) -> Session:
-        """The caller's session as it is; unknown and not-yours are indistinguishable. Its owner
-        is told why a session that ended on its own (idle, lifetime, eviction) is gone."""
-        check_session_id(session_id)
-        tenant = tenant or self.config.tenant
-        session = self._sessions.get(session_id)
-        if session is None or session.tenant != tenant:
-            ended = self._ended.reason(tenant, session_id)
-            suffix = f" (it ended: {ended})" if ended else ""
-            raise SessionNotFoundError(f"session not found: {session_id}{suffix}")
+        """The caller's session as it is; unknown and not-yours are indistinguishable."""
+        session = self._table.find(session_id, tenant or self.config.tenant)
         session.touch()
         return session
 
@@ -325,18 +478,78 @@ class Orchestrator:
 
     def remember(self, kind: str, item_id: str, session: Session) -> None:
         """Index an id made inside a session (a process, a terminal) for lookups by id alone."""
-        self._items[(kind, item_id)] = session.id
+        self._table.remember(kind, item_id, session)
 
-    async def session_of(self, kind: str, item_id: Any, *, tenant: str | None = None) -> Session:
-        """The caller's session holding ``item_id``; unknown and not-yours answer alike."""
-        if not isinstance(item_id, str) or not 0 < len(item_id) <= 128:
-            raise InvalidArgumentError(f"{kind}_id must be a string of 1 to 128 characters")
-        session_id = self._items.get((kind, item_id))
-        try:
-            session = self.find_session(session_id or "-", tenant=tenant)
-        except SessionNotFoundError:
-            raise SessionNotFoundError(f"{kind} not found: {item_id}") from None
-        return await self.session(session.id, tenant=tenant)
+    async def session_of(
+        self, kind: str, item_id: Any, *, tenant: str | None = None, action: str | None = None
+    ) -> Session:
+        """The session holding ``item_id``, if the caller owns it or was granted ``action`` on
+        it (terminals only); unknown and not-yours answer alike."""
+        session = self._table.holder(kind, item_id, tenant or self.config.tenant, action)
+        session.touch()
+        if session.paused:
+            await self._thaw(session)
+        return session
+
+    def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        return [
+            {
+                "session_id": s.id,
+                "policy": s.policy.name,
+                "task": s.task,
+                "created_at": s.created_at.isoformat(),
+                "idle_seconds": round(s.idle_seconds, 3),
+                "commands_count": s.history.count,
+            }
+            for s in self._table.visible(tenant or self.config.tenant)
+        ]
+
+    # -- owners ---------------------------------------------------------------------------
+
+    async def share(
+        self, terminal_id: Any, task: Any, actions: Any, *, tenant: str | None = None
+    ) -> list[str]:
+        """Grant ``actions`` on one of the calling task's terminals to another task of the same
+        tenant. Only the terminal's owner task shares; a grantee cannot pass it on."""
+        tenant = tenant or self.config.tenant
+        grantee = check_task(task, "task")
+        owner = current_task()
+        if owner is None or grantee is None:
+            raise InvalidArgumentError("share is made by a task, to another task")
+        if grantee == owner:
+            raise InvalidArgumentError("task must be another task than the caller's")
+        if not isinstance(actions, list) or not actions or not set(actions) <= SHARE_ACTIONS:
+            raise InvalidArgumentError(
+                f"actions must be a non-empty list of {sorted(SHARE_ACTIONS)}"
+            )
+        session = self._table.holder("terminal", terminal_id, tenant, action=None)
+        assert isinstance(terminal_id, str)
+        self._table.grants.grant(tenant, grantee, terminal_id, frozenset(actions))
+        log.info(
+            "%s/%s shared %s of session %s with %s", tenant, owner, actions, session.id, grantee
+        )
+        return sorted(actions)
+
+    async def close_owner(self, task: Any, *, tenant: str | None = None) -> dict[str, Any]:
+        """End everything a task owns and seal it: its grants go, calls in flight for it fail
+        at their next check, and no new session is made for it. Reports whether it converged
+        (every session of the task ended within the shutdown bound)."""
+        tenant = tenant or self.config.tenant
+        closing = check_task(task, "task")
+        caller = current_task()
+        if closing is None:
+            raise InvalidArgumentError("task is required")
+        if caller is not None and caller != closing:
+            raise SessionNotFoundError(f"task not found: {closing}")
+        self._table.grants.seal(tenant, closing)
+        ended = 0
+        with anyio.move_on_after(SHUTDOWN_TIMEOUT):
+            for session in self._table.owned_by(tenant, closing):
+                await self.end_session(session, f"its owner task {closing} was closed")
+                ended += 1
+        left = len(self._table.owned_by(tenant, closing))
+        starting = sum(1 for t, k, _ in self._reserved.values() if (t, k) == (tenant, closing))
+        return {"task": closing, "sessions_ended": ended, "converged": left == 0 and not starting}
 
     # -- pause and resume -----------------------------------------------------------------
 
@@ -372,8 +585,11 @@ class Orchestrator:
     @contextlib.asynccontextmanager
     async def _turn(self, session: Session) -> AsyncIterator[None]:
         """The session's interpreter for one call, thawed: a pause that slipped in between
-        finding the session and getting its turn is undone here."""
+        finding the session and getting its turn is undone here. The owner is checked again
+        once the turn is ours: the session may have ended, or its task been closed, meanwhile."""
         async with session.turn(busy_timeout=self.config.busy_timeout):
+            if session.closed or self._table.grants.sealed(session.tenant, current_task()):
+                raise SessionNotFoundError(f"session not found: {session.id}")
             if session.paused:
                 await self._thaw(session)
             yield
@@ -387,59 +603,66 @@ class Orchestrator:
         session.touch()
         return True
 
+    # -- ending sessions ------------------------------------------------------------------
+
     async def destroy(self, session_id: Any, *, tenant: str | None = None) -> bool:
         """End the caller's session; True if this call ended it, False if it had already ended
         (destroy is idempotent for the owner). Unknown ids are ``session_not_found``."""
         check_session_id(session_id)
-        if self._ended.reason(tenant or self.config.tenant, session_id) is not None:
+        if self._table.ended_reason(tenant or self.config.tenant, session_id) is not None:
             return False
         session = self.find_session(session_id, tenant=tenant)
         await self.end_session(session, "destroyed by its owner")
         return True
 
     async def end_session(self, session: Session, reason: str) -> None:
-        if self._sessions.pop(session.id, None) is None:
+        if not self._table.remove(session, reason):
             return
-        self._ended.record(session, reason)
-        self._items = {key: sid for key, sid in self._items.items() if sid != session.id}
         log.info("session %s of %s ended: %s", session.id, session.tenant, reason)
         await session.aclose(self.backend)
 
     async def drop_vanished_sessions(self) -> None:
         """End every session whose container the engine no longer has (removed from outside)."""
-        alive = set(
-            await self.backend.list_containers({LABEL_ORCHESTRATOR: self.config.orchestrator_id})
-        )
+        alive = set(await self.backend.list_containers({LABEL_ORCHESTRATOR: self.orchestrator_id}))
         for session in list(self._sessions.values()):
             if session.container_id not in alive:
                 await self.end_session(session, "its container disappeared")
 
     async def _reap_forever(self) -> None:
-        """End sessions past their idle timeout or maximum lifetime, for as long as we run."""
+        """For as long as we run: end sessions past their idle timeout (unless they still have
+        work running) or maximum lifetime, pause idle ones whose policy says so, and reconcile
+        the engine's containers with the sessions we hold."""
         while True:
             interval = reap_interval(self._sessions.values(), self.policy(None).timeouts.idle_s)
             await anyio.sleep(min(interval, self.config.reap_interval))
             for session in list(self._sessions.values()):
-                reason = expiry_reason(session)
-                if reason is not None:
-                    await self.end_session(session, reason)
-                elif should_pause(session):
-                    with contextlib.suppress(BackendError):
-                        await self._pause_if_idle(session)
+                with contextlib.suppress(BackendError):
+                    await self._reap_one(session)
+            try:
+                report = await self.reconcile()
+            except BackendError as exc:
+                log.warning("reconcile skipped: %s", exc)
+            else:
+                if report.reaped or report.forgotten:
+                    log.info("reconciled: %s", report.summary())
 
-    def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
-        tenant = tenant or self.config.tenant
-        return [
-            {
-                "session_id": s.id,
-                "policy": s.policy.name,
-                "created_at": s.created_at.isoformat(),
-                "idle_seconds": round(s.idle_seconds, 3),
-                "commands_count": s.history.count,
-            }
-            for s in self._sessions.values()
-            if s.tenant == tenant
-        ]
+    async def _reap_one(self, session: Session) -> None:
+        reason = expiry_reason(session)
+        idle_reason = reason is not None and reason.startswith("idle")
+        if (idle_reason or should_pause(session)) and await self._has_running_work(session):
+            session.touch()  # a server or a long job at work: not idle, whatever the clock says
+            log.info("session %s not idle: it has running processes or listening ports", session.id)
+            return
+        if reason is not None:
+            await self.end_session(session, reason)
+        elif should_pause(session):
+            await self._pause_if_idle(session)
+
+    async def _has_running_work(self, session: Session) -> bool:
+        if not session.policy.timeouts.idle_counts_processes or session.paused:
+            return False
+        listed = await session.processes.list()
+        return any(p.state == "running" or p.ports for p in listed.processes)
 
     # -- python_repl ----------------------------------------------------------------------
 
@@ -462,7 +685,9 @@ class Orchestrator:
         output = outcome.stdout + outcome.stderr
         if not outcome.success:
             output += f"{outcome.error_type}: {outcome.error_message}"
-        session.history.record(code, success=outcome.success, output=output)
+        entry = session.history.record(code, success=outcome.success, output=output)
+        if not session.closed:
+            self._table.record_history(session, entry)
         return ExecuteResult(
             **outcome.model_dump(), session_id=session.id, created_new_session=created
         )
@@ -472,6 +697,7 @@ class Orchestrator:
         async with self._turn(session):
             await session.repl.reset()
             session.history.clear()
+            self._table.clear_history(session)
 
     async def list_variables(
         self, session_id: Any, *, tenant: str | None = None
@@ -496,3 +722,15 @@ class Orchestrator:
     ) -> str:
         check_max_tokens(max_tokens)
         return self.find_session(session_id, tenant=tenant).history.context(max_tokens)
+
+
+def _record_of(session: Session) -> SessionRecord:
+    return SessionRecord(
+        id=session.id,
+        tenant=session.tenant,
+        task=session.task,
+        policy_json="",
+        container_id=session.container_id,
+        worker_pid=None,
+        created_at="",
+    )

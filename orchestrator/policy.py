@@ -72,6 +72,8 @@ class TimeoutsConfig(_Section):
     idle_s: float = Field(600.0, ge=1, le=7 * 86400)
     # What happens to a session idle for idle_s: removed, or frozen until its next call.
     idle_action: Literal["destroy", "pause"] = "destroy"
+    # Whether a running background process or a listening port keeps a session from being idle.
+    idle_counts_processes: bool = True
     max_lifetime_s: float = Field(4 * 3600.0, ge=1, le=30 * 86400)
 
     @model_validator(mode="after")

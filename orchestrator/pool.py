@@ -48,6 +48,10 @@ class WarmPool:
     def ready(self) -> int:
         return len(self._ready)
 
+    def container_ids(self) -> set[str]:
+        """Containers this pool holds, ready or on their way out."""
+        return {s.container_id for s in (*self._ready, *self._stale)}
+
     def take_nowait(self) -> Session | None:
         """A ready session, or None when the pool is empty (the caller then builds one cold)."""
         self._wake.set()

@@ -127,6 +127,8 @@ class SessionProcesses:
         self._backend = backend
         self._container_id = container_id
         self._policy = policy
+        # The owning tenant's own processes_per_session quota, when lower than the policy's.
+        self.tenant_cap: int | None = None
 
     async def start(
         self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
@@ -140,7 +142,9 @@ class SessionProcesses:
             "cwd": WORKSPACE if cwd is None else workspace_path(cwd, name="cwd"),
             "env": caller_env(env),
             "max_log_bytes": LOG_CAP_PER_STREAM_BYTES * self._policy.output.max_stream_bytes,
-            "max_running": self._policy.limits.processes_per_session,
+            "max_running": min(
+                self._policy.limits.processes_per_session, self.tenant_cap or 1 << 30
+            ),
         }
         data = await self._call("start", request, max_reply_bytes=REPLY_SLACK_BYTES)
         result = _parse(ProcessStartResult, {**data, "command": command})
@@ -232,9 +236,9 @@ def _envelope(op: str, raw: bytes, err: bytes) -> dict[str, Any]:
         raise InvalidArgumentError(message)
     if failure.error_type == "quota_exceeded":
         raise QuotaExceededError(
-            f"quota limits.processes_per_session reached: {failure.running} background "
-            "processes are running",
-            hint="kill one, or use a policy with a higher limit",
+            f"processes_per_session: {failure.running} background processes are running",
+            quota="processes_per_session",
+            hint="kill one first",
         )
     raise BackendError(f"the process helper failed {op}: {message}")
 

@@ -235,6 +235,12 @@ class Repl:
         self._state_lost = False
         await self._ensure_worker()
 
+    async def detach(self) -> None:
+        """Let go of the worker without killing it: it waits on its socket for a relay."""
+        if self._worker is not None:
+            await self._worker.detach()
+            self._worker = None
+
     async def aclose(self) -> None:
         if self._worker is not None:
             await self._worker.kill()

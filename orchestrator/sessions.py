@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +41,8 @@ def new_session_id() -> str:
 class Session:
     id: str
     tenant: str
+    # The task scope that owns the session; None: the tenant itself.
+    task: str | None = None
     policy: Policy
     container_id: str
     repl: Repl
@@ -58,6 +60,35 @@ class Session:
     paused: bool = False
     calls_in_progress: int = 0
     closed: bool = False
+
+    @classmethod
+    def assemble(
+        cls,
+        backend: DockerBackend,
+        *,
+        session_id: str,
+        tenant: str,
+        policy: Policy,
+        container_id: str,
+        adopt_pid: int | None = None,
+        on_new_worker: Callable[[int], None] | None = None,
+    ) -> Session:
+        """A session object for a container that exists (new, or re-adopted after a restart);
+        nothing runs in it yet."""
+        return cls(
+            id=session_id,
+            tenant=tenant,
+            policy=policy,
+            container_id=container_id,
+            repl=Repl(
+                backend, container_id, policy, adopt_pid=adopt_pid, on_new_worker=on_new_worker
+            ),
+            files=SessionFiles(backend, container_id, policy),
+            processes=SessionProcesses(backend, container_id, policy),
+            terminals=SessionTerminals(backend, container_id, policy),
+            shell=PersistentShell(backend, container_id, policy),
+            history=CodeHistory(policy.python.max_history),
+        )
 
     @property
     def busy(self) -> bool:
@@ -89,17 +120,26 @@ class Session:
     def idle_seconds(self) -> float:
         return time.monotonic() - self.last_active
 
-    async def aclose(self, backend: DockerBackend) -> None:
-        """Stop what runs in the session and remove its container. Shielded, and each step runs
-        even when an earlier one failed (the container may already be gone): the container is
-        always removed, or the failure to remove it is raised."""
+    async def close_parts(self, *, keep_worker: bool = False) -> None:
+        """Stop what runs in the session (terminals, shell, and the REPL worker unless
+        ``keep_worker``, which leaves it for the next orchestrator to re-adopt). Each part is
+        closed even when an earlier one failed."""
         with anyio.CancelScope(shield=True):
             self.closed = True
             for part in (self.terminals, self.shell, self.repl):
                 try:
-                    await part.aclose()
+                    if part is self.repl and keep_worker:
+                        await self.repl.detach()
+                    else:
+                        await part.aclose()
                 except OrchestratorError as exc:
                     log.warning(
                         "session %s: closing %s failed: %s", self.id, type(part).__name__, exc
                     )
+
+    async def aclose(self, backend: DockerBackend) -> None:
+        """Stop what runs in the session and remove its container. Shielded: the container is
+        always removed, or the failure to remove it is raised."""
+        with anyio.CancelScope(shield=True):
+            await self.close_parts()
             await backend.remove_container(self.container_id)

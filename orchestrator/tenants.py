@@ -11,9 +11,13 @@ A tenants file::
     [[tenant]]
     name = "team-a"
     key_sha256 = "<64 hex digits: sha256 of the key>"
-
-Per-tenant policies and quotas are meant to become further keys of ``[[tenant]]``
-(``TenantConfig``).
+    policies = ["default", "strict"]     # optional: the policies this tenant may use
+    [tenant.quotas]                      # optional, each key too: no key, no limit
+    sessions = 10                        # sessions open at once
+    memory_mb = 8192                     # sum of the sessions' memory limits
+    cpus = 4.0                           # sum of the sessions' cpu limits
+    terminals_per_session = 4            # lowers the policy's limit, never raises it
+    processes_per_session = 8
 """
 
 from __future__ import annotations
@@ -56,6 +60,21 @@ class TenantsFileError(InvalidArgumentError):
         self.reason = reason
 
 
+PolicyName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class TenantQuotas(BaseModel):
+    """What one tenant may hold at once; None is no limit of the tenant's own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sessions: int | None = Field(default=None, ge=0, le=100_000)
+    memory_mb: int | None = Field(default=None, ge=0, le=1 << 30)
+    cpus: float | None = Field(default=None, ge=0, le=100_000)
+    terminals_per_session: int | None = Field(default=None, ge=0, le=10_000)
+    processes_per_session: int | None = Field(default=None, ge=0, le=10_000)
+
+
 class TenantConfig(BaseModel):
     """One ``[[tenant]]`` of a tenants file."""
 
@@ -63,6 +82,9 @@ class TenantConfig(BaseModel):
 
     name: TenantName
     key_sha256: KeyHash
+    # None: every policy the server can load.
+    policies: tuple[PolicyName, ...] | None = None
+    quotas: TenantQuotas = TenantQuotas()
 
 
 class TenantsFile(BaseModel):

@@ -99,6 +99,8 @@ class SessionTerminals:
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
         self._host: anyio.abc.TaskGroup | None = None
+        # The owning tenant's own terminals_per_session quota, when lower than the policy's.
+        self.tenant_cap: int | None = None
 
     async def __aenter__(self) -> Self:
         host = anyio.create_task_group()
@@ -271,6 +273,8 @@ class SessionTerminals:
         self._sweep()
         running = sum(1 for term in self._terminals.values() if term.state == "running")
         limit = self._policy.limits.terminals_per_session
+        if self.tenant_cap is not None:
+            limit = min(limit, self.tenant_cap)
         if running + self._starting >= limit:
             raise QuotaExceededError(
                 f"terminals_per_session: {limit} terminals are already running in this session",

@@ -182,6 +182,12 @@ class WorkerProcess:
                 self.alive = False
                 await self._stream.aclose()
 
+    async def detach(self) -> None:
+        """Close the stream and leave the worker running (a persistent one waits for a relay)."""
+        self.alive = False
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+
     async def exit_code(self) -> int | None:
         return await self._backend.wait_exec_exit(self.exec_id, timeout=5.0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Awaitable, Iterator
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio
 import typer
@@ -29,9 +29,21 @@ def reported_errors() -> Iterator[None]:
     try:
         yield
     except OrchestratorError as err:
-        message = " ".join(str(err).split())
-        typer.echo(f"error: {err.code}: {message}", err=True)
-        raise typer.Exit(EXIT_ERROR) from None
+        _report(err)
+    except BaseExceptionGroup as group:
+        # A task group around the failing step (serve's signal handling) wraps the error.
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if not isinstance(leaf, OrchestratorError):
+            raise
+        _report(leaf)
+
+
+def _report(err: OrchestratorError) -> NoReturn:
+    message = " ".join(str(err).split())
+    typer.echo(f"error: {err.code}: {message}", err=True)
+    raise typer.Exit(EXIT_ERROR) from None
 
 
 async def until_terminated(work: Awaitable[T]) -> T:

@@ -79,10 +79,8 @@ async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
 
 async def _serve(config: OrchestratorConfig) -> None:
     config = await with_image(config)
-    try:
-        async with Orchestrator(config) as orchestrator:
-            log.info("serving MCP on stdio (orchestrator %s)", config.orchestrator_id)
-            await serve_stdio(orchestrator, tenant=config.tenant)
-            log.info("stdin closed")
-    finally:
-        log.info("stopped: no session of orchestrator %s is left", config.orchestrator_id)
+    async with Orchestrator(config) as orchestrator:
+        log.info("serving MCP on stdio (orchestrator %s)", orchestrator.orchestrator_id)
+        await serve_stdio(orchestrator, tenant=config.tenant)
+        log.info("stdin closed")
+    log.info("stopped: no session of orchestrator %s is left", orchestrator.orchestrator_id)

@@ -11,10 +11,15 @@ finish for ``GRACEFUL_SHUTDOWN_TIMEOUT``, then tears down every session this ser
 (shielded, bounded by the orchestrator's shutdown timeout); a second one cuts the wait for
 requests short, never the teardown. A signal before serving began cancels the start-up.
 
+Restarts: the registry (``--registry``, default ``registry.db`` in the data directory) records
+every session, so a server started after a crash (``kill -9``) or a ``--keep-sessions`` stop
+re-adopts the sessions it knew, their REPL state included, reaps every other container of its
+orchestrator id, and prints what it did. Only one server uses a registry at a time.
+
 Environment: the ``SBX_*`` settings of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
-``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...; ``--policy`` wins over ``SBX_POLICY``),
-``SBX_POOL`` for ``--pool``, and ``SBX_DATA_DIR`` for the local key (else ``$XDG_DATA_HOME/sbx``,
-else ``~/.local/share/sbx``).
+``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ``SBX_REGISTRY``, ...; ``--policy`` wins over
+``SBX_POLICY``), ``SBX_POOL`` for ``--pool``, and ``SBX_DATA_DIR`` for the local key and the
+registry (else ``$XDG_DATA_HOME/sbx``, else ``~/.local/share/sbx``).
 """
 
 from __future__ import annotations
@@ -65,8 +70,9 @@ def serve(
     tenants: Annotated[
         Path | None,
         typer.Option(
-            help="Tenants file (TOML: one tenant table per tenant, with name and key_sha256); "
-            "default: one local tenant, its key kept in the data directory."
+            help="Tenants file (TOML: one tenant table per tenant, with name, key_sha256, and "
+            "optionally policies and quotas); default: one local tenant, its key kept in the "
+            "data directory."
         ),
     ] = None,
     policy: Annotated[
@@ -82,6 +88,20 @@ def serve(
             help="Sessions of the default policy to keep warm, filled before serving starts.",
         ),
     ] = 0,
+    registry: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SBX_REGISTRY",
+            help="The registry's SQLite file; default: registry.db in the data directory.",
+        ),
+    ] = None,
+    keep_sessions: Annotated[
+        bool,
+        typer.Option(
+            help="On a stop signal, leave the sessions running for the next start to re-adopt "
+            "(default: destroy them)."
+        ),
+    ] = False,
 ) -> None:
     """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
     logging.basicConfig(
@@ -94,6 +114,12 @@ def serve(
         if pool:
             config = _with_pool(config, pool)
         keys, notice = _keys(tenants)
+        config = dataclasses.replace(
+            config,
+            registry_path=registry or config.registry_path or data_dir() / "registry.db",
+            on_shutdown="persist" if keep_sessions else "destroy",
+            tenants=keys.tenants if tenants is not None else {},
+        )
         listener = _listen(host, port)
         with listener:
             stopped_by = anyio.run(_serve_until_stopped, config, keys, listener, host, notice)
@@ -207,8 +233,14 @@ async def _serve(
         url = _url(listener)
         typer.echo(f"sbx: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp)")
         typer.echo(f"sbx: {notice}")
+        summary = orchestrator.last_reconcile.summary()
+        typer.echo(f"sbx: registry {config.registry_path}: {summary}")
         await run.server.serve(sockets=[listener])
-    log.info("stopped: no session of orchestrator %s is left", config.orchestrator_id)
+        stopped_id = orchestrator.orchestrator_id
+    if config.on_shutdown == "persist":
+        log.info("stopped: the sessions of orchestrator %s are left for the next start", stopped_id)
+    else:
+        log.info("stopped: no session of orchestrator %s is left", stopped_id)
 
 
 async def _warm_pool(orchestrator: Orchestrator) -> None:

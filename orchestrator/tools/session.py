@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -26,17 +26,44 @@ async def _resume(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> 
     return {"session_id": args.session_id, "paused": False, "changed": changed}
 
 
+class ShareArgs(ToolArgs):
+    terminal_id: str = Field(description="A terminal of the calling task.")
+    task: str = Field(description="Another task of the same tenant, to receive the grant.")
+    actions: list[Literal["read", "wait", "write", "interrupt", "kill"]] = Field(
+        min_length=1, max_length=5, description="What the other task may do on the terminal."
+    )
+
+
+class CloseOwnerArgs(ToolArgs):
+    task: str = Field(description="The task whose sessions and terminals end.")
+
+
+async def _share(orch: Orchestrator, tenant: str | None, args: ShareArgs) -> Fields:
+    actions = await orch.share(args.terminal_id, args.task, list(args.actions), tenant=tenant)
+    return {"terminal_id": args.terminal_id, "task": args.task, "actions": actions}
+
+
+async def _close_owner(orch: Orchestrator, tenant: str | None, args: CloseOwnerArgs) -> Fields:
+    return await orch.close_owner(args.task, tenant=tenant)
+
+
 SESSION_TOOL = Tool(
     name="session",
     description=(
-        "Whole-session operations: pause freezes every process of a session (its state and "
-        "files kept); resume thaws it. Any other call on a paused session resumes it too."
+        "Whole-session and owner operations: pause freezes every process of a session (its "
+        "state and files kept); resume thaws it (any other call on a paused session does too). "
+        "share grants listed actions on one of your task's terminals to another task of your "
+        "tenant; close_owner ends everything a task owns and closes the task."
     ),
     operations={
         op.name: op
         for op in (
             Operation("pause", "freeze the session until its next call", SessionArgs, _pause),
             Operation("resume", "thaw a paused session", SessionArgs, _resume),
+            Operation("share", "grant actions on a terminal to another task", ShareArgs, _share),
+            Operation(
+                "close_owner", "end a task's sessions and close it", CloseOwnerArgs, _close_owner
+            ),
         )
     },
 )

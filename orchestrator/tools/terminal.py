@@ -115,22 +115,24 @@ def _reading(args: ReadArgs) -> dict[str, Any]:
 
 
 async def _read(orch: Orchestrator, tenant: str | None, args: ReadArgs) -> Fields:
-    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="read")
     result = await session.terminals.read(args.terminal_id, **_reading(args))
     return {"session_id": session.id, **result.model_dump()}
 
 
 async def _wait(orch: Orchestrator, tenant: str | None, args: WaitArgs) -> Fields:
-    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="wait")
     result = await session.terminals.wait(
         args.terminal_id, timeout_ms=args.timeout_ms, **_reading(args)
     )
-    await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)  # still theirs after the await
+    await orch.session_of(
+        TERMINAL, args.terminal_id, tenant=tenant, action="wait"
+    )  # still theirs after the await
     return {"session_id": session.id, **result.model_dump()}
 
 
 async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fields:
-    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="write")
     status = await session.terminals.write(
         args.terminal_id, args.input_text, close_stdin=args.close_stdin
     )
@@ -138,19 +140,19 @@ async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fie
 
 
 async def _interrupt(orch: Orchestrator, tenant: str | None, args: TerminalIdArgs) -> Fields:
-    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="interrupt")
     status = await session.terminals.interrupt(args.terminal_id)
     return {"session_id": session.id, **status.model_dump()}
 
 
 async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Fields:
-    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="kill")
     status = await session.terminals.kill(args.terminal_id, signal=args.signal)
     return {"session_id": session.id, **status.model_dump()}
 
 
 async def _resize(orch: Orchestrator, tenant: str | None, args: ResizeArgs) -> Fields:
-    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant)
+    session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="write")
     status = await session.terminals.resize(args.terminal_id, args.rows, args.cols)
     return {"session_id": session.id, **status.model_dump()}
 

@@ -152,5 +152,5 @@ async def test_a_pooled_session_carries_nothing_from_one_case_to_the_next(
         with anyio.fail_after(120):
             reports = await PolicyTestRunner(orch, jobs=1).run(runs)
         assert [r.status for r in reports] == ["pass", "pass", "pass"], reports
-        left = await orch.backend.list_containers({LABEL_ORCHESTRATOR: orch.config.orchestrator_id})
+        left = await orch.backend.list_containers({LABEL_ORCHESTRATOR: orch.orchestrator_id})
         assert left == []

@@ -41,6 +41,7 @@ class Server:
     url: str
     notice: str
     orchestrator_id: str
+    reconciled: str
 
 
 def serve_env(image: str, data_dir: Path, orchestrator_id: str) -> dict[str, str]:
@@ -55,10 +56,14 @@ def serve_env(image: str, data_dir: Path, orchestrator_id: str) -> dict[str, str
 
 @contextlib.asynccontextmanager
 async def running(
-    image: str, tmp_path: Path, *args: str, data_dir: Path | None = None
+    image: str,
+    tmp_path: Path,
+    *args: str,
+    data_dir: Path | None = None,
+    orchestrator_id: str | None = None,
 ) -> AsyncIterator[Server]:
-    """``sbx serve`` started and its two start-up lines read; killed if a test leaves it up."""
-    orchestrator_id = f"test-serve-{RUN_ID}-{secrets.token_hex(4)}"
+    """``sbx serve`` started and its start-up lines read; killed if a test leaves it up."""
+    orchestrator_id = orchestrator_id or f"test-serve-{RUN_ID}-{secrets.token_hex(4)}"
     env = serve_env(image, data_dir or tmp_path / "data", orchestrator_id)
     with (tmp_path / f"{orchestrator_id}.stderr").open("wb") as stderr:
         process = await anyio.open_process(
@@ -70,12 +75,12 @@ async def running(
             with anyio.fail_after(STARTUP_TIMEOUT):
                 async for chunk in TextReceiveStream(process.stdout):
                     text += chunk
-                    if len(re.findall(r"^sbx: .*\n", text, re.MULTILINE)) >= 2:
+                    if len(re.findall(r"^sbx: .*\n", text, re.MULTILINE)) >= 3:
                         break
             found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", text)
             assert found, text
             notice = text.splitlines()[1]
-            yield Server(process, found.group(1), notice, orchestrator_id)
+            yield Server(process, found.group(1), notice, orchestrator_id, text.splitlines()[2])
         finally:
             if process.returncode is None:
                 process.kill()
