@@ -119,8 +119,11 @@ def build_mcp_server(orchestrator: Orchestrator, *, tenant: TenantResolver) -> S
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         caller = _resolve_tenant(tenant, ctx.request)
+        # Over HTTP, a task scope may come with the call, as for the REST API.
+        task = ctx.request.headers.get("x-sbx-task") if isinstance(ctx.request, Request) else None
         # Omitted arguments are an empty object: the tool layer then names the missing operation.
-        result = await orchestrator.call(params.name, params.arguments or {}, tenant=caller)
+        arguments = params.arguments or {}
+        result = await orchestrator.call(params.name, arguments, tenant=caller, task=task)
         return types.CallToolResult(
             content=[types.TextContent(text=result.text)],
             structured_content=result.structured,

@@ -84,21 +84,27 @@ class Registry:
         if self.path is not None:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._lock_fd = _lock(Path(f"{self.path}.lock"))
+        db: sqlite3.Connection | None = None
         try:
             db = sqlite3.connect(
                 self.path or ":memory:", isolation_level=None, check_same_thread=False
             )
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
+            # The version first: a file we refuse is left exactly as it was.
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
                 raise RegistryError(f"{self.path}: registry schema {version} is not supported")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
             db.executescript(SCHEMA)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
-            self.close()
-            raise RegistryError(f"{self.path}: cannot open the registry: {exc}") from None
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            self.close()  # the lock too, on every failure
+            if isinstance(exc, sqlite3.Error):
+                raise RegistryError(f"{self.path}: cannot open the registry: {exc}") from None
+            raise
         self._db = db
 
     def close(self) -> None:

@@ -91,6 +91,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+# The task scope a call runs for, within the tenant its API key names (optional).
+TASK_HEADER = "x-sbx-task"
+
+
 class _Api:
     def __init__(self, orchestrator: Orchestrator, max_body_bytes: int) -> None:
         self.orchestrator = orchestrator
@@ -99,7 +103,8 @@ class _Api:
 
     async def _call(self, request: Request, tool: str, arguments: Any) -> Response:
         tenant = request.scope[TENANT_SCOPE_KEY]
-        result = await self.orchestrator.call(tool, arguments, tenant=tenant)
+        task = request.headers.get(TASK_HEADER)
+        result = await self.orchestrator.call(tool, arguments, tenant=tenant, task=task)
         return answer(result.structured)
 
     async def _json_body(self, request: Request) -> Any:
@@ -127,10 +132,11 @@ class _Api:
             "terminal_id": terminal_id,
             "since_offset": int(since) if since and since.isdigit() else (since or 0),
         }
-        first = await self.orchestrator.call("terminal", arguments, tenant=tenant)
+        task = request.headers.get(TASK_HEADER)
+        first = await self.orchestrator.call("terminal", arguments, tenant=tenant, task=task)
         if first.is_error:
             return answer(first.structured)
-        stream = terminal_events(self.orchestrator, tenant, terminal_id, first.structured)
+        stream = terminal_events(self.orchestrator, tenant, task, terminal_id, first.structured)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 

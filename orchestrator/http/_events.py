@@ -48,7 +48,11 @@ def _ended(result: dict[str, Any]) -> bool:
 
 
 async def terminal_events(
-    orchestrator: Orchestrator, tenant: str, terminal_id: str, first: dict[str, Any]
+    orchestrator: Orchestrator,
+    tenant: str,
+    task: str | None,
+    terminal_id: str,
+    first: dict[str, Any],
 ) -> AsyncIterator[bytes]:
     """The stream after ``first``, the (successful) ``read`` that checked the request. No cancel
     scope spans a ``yield``: the time bound is a deadline that shortens the last wait."""
@@ -65,7 +69,9 @@ async def terminal_events(
             "since_offset": offset,
             "timeout_ms": min(STREAM_WAIT_MS, int(remaining * 1000)),
         }
-        result = (await orchestrator.call("terminal", arguments, tenant=tenant)).structured
+        result = (
+            await orchestrator.call("terminal", arguments, tenant=tenant, task=task)
+        ).structured
         if not result["success"]:
             yield event("error", result)
             return

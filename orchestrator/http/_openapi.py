@@ -169,6 +169,18 @@ def _version() -> str:
         return "0"
 
 
+# Every /v1 call may name a task scope within the key's tenant (``owners``).
+TASK_PARAMETER = {
+    "name": "X-Sbx-Task",
+    "in": "header",
+    "required": False,
+    "description": "The task the call acts for, within the API key's tenant; without it, the "
+    "call acts for the tenant itself and sees all of its sessions.",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"},
+}
+TASK_PARAMETER_REF = {"$ref": "#/components/parameters/task"}
+
+
 def openapi_document() -> dict[str, Any]:
     json_object = {"application/json": {"schema": {"type": "object"}}}
     unauthorized = {
@@ -200,6 +212,10 @@ def openapi_document() -> dict[str, Any]:
     paths[EVENTS_PATH] = {"get": _events_operation()}
     for tool in TOOLS.values():
         paths[f"/v1/{tool.name}"] = {"post": _tool_operation(tool)}
+    for path, methods in paths.items():
+        if path.startswith("/v1/"):
+            for operation in methods.values():
+                operation.setdefault("parameters", []).append(TASK_PARAMETER_REF)
     schemas: dict[str, Any] = {"ToolResult": TOOL_RESULT_SCHEMA}
     schemas |= {tool.name: tool_request_schema(tool) for tool in TOOLS.values()}
     return {
@@ -215,6 +231,7 @@ def openapi_document() -> dict[str, Any]:
         "components": {
             "schemas": schemas,
             "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+            "parameters": {"task": TASK_PARAMETER},
         },
         "security": [{"apiKey": []}],
     }

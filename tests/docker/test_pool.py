@@ -9,7 +9,6 @@ import pytest
 from orchestrator.backend.base import LABEL_ORCHESTRATOR
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator
-from tests.conftest import TEST_ORCHESTRATOR_ID
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -22,7 +21,7 @@ async def until_ready(orch: Orchestrator, policy: str, count: int) -> None:
 
 
 async def containers(orch: Orchestrator) -> set[str]:
-    return set(await orch.backend.list_containers({LABEL_ORCHESTRATOR: TEST_ORCHESTRATOR_ID}))
+    return set(await orch.backend.list_containers({LABEL_ORCHESTRATOR: orch.orchestrator_id}))
 
 
 async def test_a_session_from_the_pool_is_ready_fresh_and_never_handed_out_twice(

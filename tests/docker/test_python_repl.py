@@ -3,6 +3,7 @@ the behaviours of issue 3 (validation, timeouts, crashes, concurrency, output)."
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +21,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 def config(image: str, **overrides: object) -> OrchestratorConfig:
     settings: dict[str, object] = {
         "image": image,
-        "orchestrator_id": TEST_ORCHESTRATOR_ID,
+        # One id per orchestrator: each reaps the containers of its id that it does not know.
+        "orchestrator_id": f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
         "extra_labels": {TEST_RUN_LABEL: RUN_ID},
     }
     settings.update(overrides)

@@ -108,7 +108,7 @@ async def orch(
 ) -> AsyncIterator[Orchestrator]:
     config = OrchestratorConfig(
         image=worker_image.tag,
-        orchestrator_id=TEST_ORCHESTRATOR_ID,
+        orchestrator_id=f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
         extra_labels={TEST_RUN_LABEL: RUN_ID},
         policy_dirs=(policy_dir,),
         default_policy="gvisor",

@@ -14,6 +14,7 @@ from orchestrator.tenants import (
     LOCAL_KEY_FILE,
     LOCAL_TENANT,
     TenantKeys,
+    TenantQuotas,
     TenantsFileError,
     data_dir,
     hash_key,
@@ -150,3 +151,88 @@ def test_the_data_directory_follows_the_environment(tmp_path: Path) -> None:
     assert data_dir({"SBX_DATA_DIR": "/a", "XDG_DATA_HOME": "/b"}) == Path("/a")
     assert data_dir({"XDG_DATA_HOME": "/b"}) == Path("/b/sbx")
     assert data_dir({}) == Path.home() / ".local" / "share" / "sbx"
+
+
+# -- policies and quotas ------------------------------------------------------------------------
+
+
+def test_a_tenant_may_list_its_policies_and_quotas(tmp_path: Path) -> None:
+    text = entry("team-a", new_key()) + (
+        'policies = ["default", "strict"]\n'
+        "[tenant.quotas]\n"
+        "sessions = 10\n"
+        "memory_mb = 8192\n"
+        "cpus = 4\n"
+        "terminals_per_session = 4\n"
+        "processes_per_session = 8\n"
+    )
+    (tenant,) = load_tenants_file(tenants_file(tmp_path, text)).tenant
+    assert tenant.policies == ("default", "strict")
+    assert tenant.quotas == TenantQuotas(
+        sessions=10,
+        memory_mb=8192,
+        cpus=4.0,
+        terminals_per_session=4,
+        processes_per_session=8,
+    )
+
+
+def test_without_policies_or_quotas_a_tenant_has_no_limit_of_its_own(tmp_path: Path) -> None:
+    (tenant,) = load_tenants_file(tenants_file(tmp_path, entry("team-a", new_key()))).tenant
+    assert tenant.policies is None
+    assert tenant.quotas == TenantQuotas()
+    assert all(value is None for value in tenant.quotas.model_dump().values())
+
+
+def test_quotas_belong_to_the_tenant_table_they_follow(tmp_path: Path) -> None:
+    text = (
+        entry("team-a", new_key())
+        + "[tenant.quotas]\nsessions = 1\n"
+        + entry("team-b", new_key())
+        + "policies = []\n"
+    )
+    a, b = load_tenants_file(tenants_file(tmp_path, text)).tenant
+    assert (a.quotas.sessions, a.policies) == (1, None)
+    assert (b.quotas.sessions, b.policies) == (None, ())
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("[tenant.quotas]\nsessionz = 3\n", "tenant.0.quotas.sessionz"),
+        ("[tenant.quotas]\nsessions = -1\n", "tenant.0.quotas.sessions"),
+        ("[tenant.quotas]\nmemory_mb = -512\n", "tenant.0.quotas.memory_mb"),
+        ("[tenant.quotas]\ncpus = -0.5\n", "tenant.0.quotas.cpus"),
+        ("[tenant.quotas]\nterminals_per_session = -1\n", "tenant.0.quotas.terminals_per_session"),
+        ("[tenant.quotas]\nprocesses_per_session = -1\n", "tenant.0.quotas.processes_per_session"),
+        ('[tenant.quotas]\nsessions = "ten"\n', "tenant.0.quotas.sessions"),
+        ('policies = ["no spaces"]\n', "tenant.0.policies.0"),
+        ('policies = "default"\n', "tenant.0.policies"),
+    ],
+    ids=[
+        "unknown-quota",
+        "negative-sessions",
+        "negative-memory",
+        "negative-cpus",
+        "negative-terminals",
+        "negative-processes",
+        "not-a-number",
+        "bad-policy-name",
+        "policies-not-a-list",
+    ],
+)
+def test_a_malformed_policy_list_or_quota_is_refused_naming_the_key(
+    tmp_path: Path, extra: str, key: str
+) -> None:
+    path = tenants_file(tmp_path, entry("team-a", new_key()) + extra)
+    with pytest.raises(TenantsFileError) as caught:
+        load_tenants_file(path)
+    assert caught.value.key == key
+    assert caught.value.to_dict()["error_type"] == "invalid_argument"
+
+
+def test_an_unknown_quota_is_reported_as_an_unknown_key(tmp_path: Path) -> None:
+    path = tenants_file(tmp_path, entry("team-a", new_key()) + "[tenant.quotas]\ngpus = 1\n")
+    with pytest.raises(TenantsFileError) as caught:
+        load_tenants_file(path)
+    assert caught.value.reason == "unknown key"

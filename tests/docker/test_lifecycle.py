@@ -1,0 +1,118 @@
+"""Sessions ending on their own, against real containers: idle teardown that sees running work, and
+the periodic reconcile that removes containers of this orchestrator nobody knows and ends sessions
+whose container stopped."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import docker
+import pytest
+
+from orchestrator.backend.base import ContainerSpec
+from orchestrator.errors import SessionNotFoundError
+from orchestrator.images import ImageBuildResult
+from orchestrator.orchestrator import Orchestrator
+from orchestrator.policy import load_policy
+from tests.conftest import RUN_ID, TEST_RUN_LABEL
+from tests.docker.test_python_repl import config
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+# The reaper looks every half second; a verdict is given within a few of its rounds.
+VERDICT_TIMEOUT = 20.0
+IDLE_POLICY = 'extends = "default"\n[timeouts]\nidle_s = 1\nidle_counts_processes = {}\n'
+
+
+def idle_policy(directory: Path, counts_processes: bool) -> str:
+    name = "counting" if counts_processes else "blind"
+    (directory / f"{name}.toml").write_text(
+        f'name = "{name}"\n' + IDLE_POLICY.format(str(counts_processes).lower())
+    )
+    return name
+
+
+@pytest.fixture
+async def orch(worker_image: ImageBuildResult, tmp_path: Path) -> AsyncIterator[Orchestrator]:
+    settings = config(worker_image.tag, policy_dirs=(tmp_path,), reap_interval=0.5)
+    async with Orchestrator(settings) as orchestrator:
+        yield orchestrator
+
+
+async def wait_until_ended(orch: Orchestrator, session_id: str) -> str:
+    """The reason the owner is given once the session has ended (watched through the listing:
+    looking a session up counts as activity)."""
+    with anyio.fail_after(VERDICT_TIMEOUT):
+        while any(s["session_id"] == session_id for s in orch.list_sessions()):  # noqa: ASYNC110 (the reaper sends no event)
+            await anyio.sleep(0.2)
+    with pytest.raises(SessionNotFoundError) as ended:
+        orch.find_session(session_id)
+    return str(ended.value)
+
+
+async def test_a_session_with_a_running_process_is_not_idle_until_the_process_ends(
+    orch: Orchestrator, tmp_path: Path
+) -> None:
+    policy = idle_policy(tmp_path, counts_processes=True)
+    working = await orch.create_session(policy=policy)
+    resting = await orch.create_session(policy=policy)
+    started = await working.processes.start("sleep 30")
+
+    assert "idle for 1 s" in await wait_until_ended(orch, resting.id)
+    await anyio.sleep(2)  # several idle timeouts later, the working one is still there
+    assert working.id in {s["session_id"] for s in orch.list_sessions()}
+
+    await working.processes.kill(started.process_id)
+    assert "idle for 1 s" in await wait_until_ended(orch, working.id)
+
+
+async def test_a_policy_can_say_processes_do_not_count(orch: Orchestrator, tmp_path: Path) -> None:
+    policy = idle_policy(tmp_path, counts_processes=False)
+    session = await orch.create_session(policy=policy)
+    await session.processes.start("sleep 30")
+    assert "idle for 1 s" in await wait_until_ended(orch, session.id)
+
+
+async def test_the_reconcile_removes_unknown_containers_of_its_id_and_ends_stopped_sessions(
+    orch: Orchestrator, worker_image: ImageBuildResult
+) -> None:
+    policy = load_policy("default")
+    stranger = ContainerSpec(
+        image=worker_image.tag,
+        policy=policy,
+        session_id=secrets.token_hex(16),
+        tenant="local",
+        orchestrator_id=orch.orchestrator_id,
+        extra_labels={TEST_RUN_LABEL: RUN_ID},
+    )
+    other_id = ContainerSpec(
+        image=worker_image.tag,
+        policy=policy,
+        session_id=secrets.token_hex(16),
+        tenant="local",
+        orchestrator_id=f"{orch.orchestrator_id}-other",
+        extra_labels={TEST_RUN_LABEL: RUN_ID},
+    )
+    orphan = await orch.backend.create_container(stranger)
+    not_ours = await orch.backend.create_container(other_id)
+    try:
+        session = await orch.create_session()
+        engine = docker.from_env(timeout=30)
+        try:
+            engine.api.kill(session.container_id)
+        finally:
+            engine.close()
+
+        assert "its container stopped or disappeared" in await wait_until_ended(orch, session.id)
+        with anyio.fail_after(VERDICT_TIMEOUT):
+            listed = {TEST_RUN_LABEL: RUN_ID}
+            while orphan in await orch.backend.list_containers(listed):  # noqa: ASYNC110 (polling the engine)
+                await anyio.sleep(0.2)
+        # A container of another orchestrator id is never touched.
+        assert not_ours in await orch.backend.list_containers({TEST_RUN_LABEL: RUN_ID})
+    finally:
+        await orch.backend.remove_container(not_ours)
+        await orch.backend.remove_container(orphan)
