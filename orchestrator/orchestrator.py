@@ -11,7 +11,6 @@ the next start), shielded and bounded.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import secrets
 import time
@@ -24,12 +23,8 @@ import anyio.abc
 
 from orchestrator.adoption import adopt_session
 from orchestrator.arguments import (
-    check_code,
-    check_max_tokens,
     check_policy_name,
     check_session_id,
-    check_timeout,
-    check_variable,
 )
 from orchestrator.audit import AuditLog
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, ContainerSpec
@@ -41,7 +36,6 @@ from orchestrator.errors import (
     InvalidArgumentError,
     OrchestratorError,
     PolicyViolationError,
-    QuotaExceededError,
     SessionNotFoundError,
 )
 from orchestrator.lifecycle import (
@@ -53,10 +47,10 @@ from orchestrator.lifecycle import (
 from orchestrator.owners import SHARE_ACTIONS, check_task, current_task, task_scope
 from orchestrator.policy import Policy, load_policy
 from orchestrator.pool import WarmPool
-from orchestrator.protocol import InspectReply, ListVariablesReply
-from orchestrator.quotas import check_policy_allowed, check_room, per_session_cap, usage_of
+from orchestrator.quotas import Admission, check_policy_allowed, per_session_cap
 from orchestrator.reconcile import ReconcileReport, plan
-from orchestrator.repl import ExecuteOutcome
+from orchestrator.repl_operations import ExecuteResult as ExecuteResult  # re-exported
+from orchestrator.repl_operations import PythonReplOperations
 from orchestrator.session_table import SessionTable
 from orchestrator.sessions import Session, new_session_id
 from orchestrator.store import Registry, SessionRecord
@@ -75,12 +69,7 @@ SHUTDOWN_TIMEOUT = 60.0
 ADOPT_TIMEOUT = 30.0
 
 
-class ExecuteResult(ExecuteOutcome):
-    session_id: str
-    created_new_session: bool
-
-
-class Orchestrator:
+class Orchestrator(PythonReplOperations):
     def __init__(
         self, config: OrchestratorConfig | None = None, *, backend: DockerBackend | None = None
     ) -> None:
@@ -90,9 +79,8 @@ class Orchestrator:
         self._registry = Registry(self.config.registry_path)
         self._table = SessionTable(self._registry)
         self.orchestrator_id = self.config.orchestrator_id or ""
-        # Creations in flight (tenant, task, policy), counted against every limit.
-        self._reserved: dict[int, tuple[str, str | None, Policy]] = {}
-        self._tokens = itertools.count()
+        # Creations in flight, counted against every limit.
+        self._admission = Admission(self.config.max_sessions)
         # Session ids whose container exists or is being made but which are in no table yet.
         self._building: set[str] = set()
         self._policies: dict[str, Policy] = {}
@@ -253,11 +241,13 @@ class Orchestrator:
         check_policy_allowed(limits, effective)
         self._check_open(tenant, task)
         await self._make_room()
-        token = self._reserve(tenant, task, effective, limits)
+        token = self._admission.reserve(
+            self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
+        )
         try:
             session = await self._build_session(tenant, effective)
         finally:
-            del self._reserved[token]
+            self._admission.release(token)
         # The owner may have been closed while the container was made: nothing half-made stays.
         if self._table.grants.sealed(tenant, task):
             await self.end_session(session, "its owner was closed while it was created")
@@ -272,37 +262,11 @@ class Orchestrator:
 
     async def _make_room(self) -> None:
         """At ``max_sessions``, end the least recently active idle session (seed 000's rule)."""
-        if len(self._sessions) + len(self._reserved) < self.config.max_sessions:
+        if len(self._sessions) + len(self._admission) < self.config.max_sessions:
             return
         victim = eviction_candidate(self._sessions.values())
         if victim is not None:
             await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
-
-    def _reserve(
-        self, tenant: str, task: str | None, policy: Policy, limits: TenantConfig | None
-    ) -> int:
-        """Check every limit and hold a place, with no await in between: concurrent creates
-        are counted against each other."""
-        if len(self._sessions) + len(self._reserved) >= self.config.max_sessions:
-            raise QuotaExceededError(
-                f"max_sessions: {self.config.max_sessions} sessions exist and all are busy",
-                quota="max_sessions",
-            )
-        held = [s.policy for s in self._sessions.values() if s.tenant == tenant]
-        held += [p for t, _, p in self._reserved.values() if t == tenant]
-        check_room(limits, usage_of(held), policy)
-        owners = [(s.tenant, s.task) for s in self._sessions.values()]
-        owners += [(t, k) for t, k, _ in self._reserved.values()]
-        owned = owners.count((tenant, task))
-        if owned >= policy.limits.max_sessions_per_owner:
-            limit = policy.limits.max_sessions_per_owner
-            raise QuotaExceededError(
-                f"max_sessions_per_owner: {limit} sessions already open",
-                quota="max_sessions_per_owner",
-            )
-        token = next(self._tokens)
-        self._reserved[token] = (tenant, task, policy)
-        return token
 
     async def _build_session(self, tenant: str, policy: Policy) -> Session:
         pool = self._pools.get(policy.name)
@@ -548,7 +512,7 @@ class Orchestrator:
                 await self.end_session(session, f"its owner task {closing} was closed")
                 ended += 1
         left = len(self._table.owned_by(tenant, closing))
-        starting = sum(1 for t, k, _ in self._reserved.values() if (t, k) == (tenant, closing))
+        starting = self._admission.starting(tenant, closing)
         return {"task": closing, "sessions_ended": ended, "converged": left == 0 and not starting}
 
     # -- pause and resume -----------------------------------------------------------------
@@ -663,65 +627,6 @@ class Orchestrator:
             return False
         listed = await session.processes.list()
         return any(p.state == "running" or p.ports for p in listed.processes)
-
-    # -- python_repl ----------------------------------------------------------------------
-
-    async def execute(
-        self,
-        code: Any,
-        *,
-        session_id: Any = None,
-        timeout_s: Any = None,
-        policy: str | None = None,
-        tenant: str | None = None,
-    ) -> ExecuteResult:
-        check_code(code)
-        if session_id is None:
-            check_timeout(timeout_s, self.policy(check_policy_name(policy)))
-        session, created = await self.open_session(session_id, policy=policy, tenant=tenant)
-        timeout = check_timeout(timeout_s, session.policy)
-        async with self._turn(session):
-            outcome = await session.repl.execute(code, timeout=timeout)
-        output = outcome.stdout + outcome.stderr
-        if not outcome.success:
-            output += f"{outcome.error_type}: {outcome.error_message}"
-        entry = session.history.record(code, success=outcome.success, output=output)
-        if not session.closed:
-            self._table.record_history(session, entry)
-        return ExecuteResult(
-            **outcome.model_dump(), session_id=session.id, created_new_session=created
-        )
-
-    async def reset(self, session_id: Any, *, tenant: str | None = None) -> None:
-        session = await self.session(session_id, tenant=tenant)
-        async with self._turn(session):
-            await session.repl.reset()
-            session.history.clear()
-            self._table.clear_history(session)
-
-    async def list_variables(
-        self, session_id: Any, *, tenant: str | None = None
-    ) -> ListVariablesReply:
-        session = await self.session(session_id, tenant=tenant)
-        async with self._turn(session):
-            return await session.repl.list_variables()
-
-    async def inspect(
-        self, session_id: Any, variable_name: Any, *, tenant: str | None = None
-    ) -> InspectReply:
-        check_variable(variable_name)
-        session = await self.session(session_id, tenant=tenant)
-        async with self._turn(session):
-            return await session.repl.inspect(variable_name)
-
-    def history(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, object]]:
-        return [e.to_dict() for e in self.find_session(session_id, tenant=tenant).history.entries]
-
-    def history_context(
-        self, session_id: Any, max_tokens: Any = 50_000, *, tenant: str | None = None
-    ) -> str:
-        check_max_tokens(max_tokens)
-        return self.find_session(session_id, tenant=tenant).history.context(max_tokens)
 
 
 def _record_of(session: Session) -> SessionRecord:

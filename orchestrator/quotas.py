@@ -7,11 +7,13 @@ and records the reservation with no await in between, so concurrent creates cann
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.errors import PolicyViolationError, QuotaExceededError
 from orchestrator.policy import Policy
+from orchestrator.sessions import Session
 from orchestrator.tenants import TenantConfig
 
 
@@ -73,3 +75,54 @@ def per_session_cap(tenant: TenantConfig | None, quota: str) -> int | None:
         return None
     value = getattr(tenant.quotas, quota)
     return value if isinstance(value, int) else None
+
+
+@dataclass
+class Admission:
+    """Places held by creations in flight, so every limit counts them: the orchestrator's
+    ``max_sessions``, the policy's ``max_sessions_per_owner`` and the tenant's quotas."""
+
+    max_sessions: int
+    _held: dict[int, tuple[str, str | None, Policy]] = field(default_factory=dict)
+    _tokens: itertools.count[int] = field(default_factory=itertools.count)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def reserve(
+        self,
+        sessions: Iterable[Session],
+        *,
+        tenant: str,
+        task: str | None,
+        policy: Policy,
+        limits: TenantConfig | None,
+    ) -> int:
+        """Check every limit against ``sessions`` plus the places held, and hold one more;
+        returns the token to ``release``. Synchronous: nothing can slip in between."""
+        live = list(sessions)
+        if len(live) + len(self._held) >= self.max_sessions:
+            raise QuotaExceededError(
+                f"max_sessions: {self.max_sessions} sessions exist and all are busy",
+                quota="max_sessions",
+            )
+        held = [s.policy for s in live if s.tenant == tenant]
+        held += [p for t, _, p in self._held.values() if t == tenant]
+        check_room(limits, usage_of(held), policy)
+        owners = [(s.tenant, s.task) for s in live]
+        owners += [(t, k) for t, k, _ in self._held.values()]
+        limit = policy.limits.max_sessions_per_owner
+        if owners.count((tenant, task)) >= limit:
+            raise QuotaExceededError(
+                f"max_sessions_per_owner: {limit} sessions already open",
+                quota="max_sessions_per_owner",
+            )
+        token = next(self._tokens)
+        self._held[token] = (tenant, task, policy)
+        return token
+
+    def release(self, token: int) -> None:
+        del self._held[token]
+
+    def starting(self, tenant: str, task: str | None) -> int:
+        return sum(1 for t, k, _ in self._held.values() if (t, k) == (tenant, task))
