@@ -60,7 +60,7 @@ async def adopt_session(
     except BaseException:
         await session.close_parts()
         raise
-    session.history.restore(store.history(record.id))
+    session.history.restore(store.history(record.id, policy.python.max_history))
     store.remove_items(record.id, TERMINAL)
     items = [(k, i) for k, i in store.items(record.id) if k != TERMINAL]
     log.info(

@@ -56,17 +56,24 @@ def reap_interval(sessions: Iterable[Session], default_idle_s: float) -> float:
 
 
 class EndedSessions:
-    """Recently ended sessions per tenant, so their owner gets the reason and a second
-    ``destroy`` succeeds; another tenant still gets the plain not-found answer."""
+    """Recently ended sessions per owner, so their owner gets the reason and a second
+    ``destroy`` succeeds; anyone else (another tenant, another task) still gets the plain
+    not-found answer."""
 
     def __init__(self, capacity: int = MAX_REMEMBERED_ENDINGS) -> None:
         self._capacity = capacity
-        self._reasons: OrderedDict[tuple[str, str], str] = OrderedDict()
+        # (tenant, session id) -> (owner task, reason)
+        self._reasons: OrderedDict[tuple[str, str], tuple[str | None, str]] = OrderedDict()
 
     def record(self, session: Session, reason: str) -> None:
-        self._reasons[(session.tenant, session.id)] = reason
+        self._reasons[(session.tenant, session.id)] = (session.task, reason)
         while len(self._reasons) > self._capacity:
             self._reasons.popitem(last=False)
 
-    def reason(self, tenant: str, session_id: str) -> str | None:
-        return self._reasons.get((tenant, session_id))
+    def reason(self, tenant: str, session_id: str, task: str | None) -> str | None:
+        """Why the session ended, for a caller of ``tenant`` acting as ``task`` who could see
+        it (the tenant itself, or its owner task); None for anyone else."""
+        found = self._reasons.get((tenant, session_id))
+        if found is None or not (task is None or task == found[0]):
+            return None
+        return found[1]

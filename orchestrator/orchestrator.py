@@ -586,11 +586,11 @@ class Orchestrator(PythonReplOperations):
         await session.aclose(self.backend)
 
     async def drop_vanished_sessions(self) -> None:
-        """End every session whose container the engine no longer has (removed from outside)."""
-        alive = set(await self.backend.list_containers({LABEL_ORCHESTRATOR: self.orchestrator_id}))
-        for session in list(self._sessions.values()):
-            if session.container_id not in alive:
-                await self.end_session(session, "its container disappeared")
+        """End every session whose container stopped or vanished (killed or removed from
+        outside, or stopped by an engine restart); the engine said one of ours is gone."""
+        report = await self.reconcile()
+        if report.forgotten or report.reaped:
+            log.info("reconciled: %s", report.summary())
 
     async def _reap_forever(self) -> None:
         """For as long as we run: end sessions past their idle timeout (unless they still have

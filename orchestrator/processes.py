@@ -130,6 +130,17 @@ class SessionProcesses:
         # The owning tenant's own processes_per_session quota, when lower than the policy's.
         self.tenant_cap: int | None = None
 
+    def _max_running(self) -> int:
+        limit = self._policy.limits.processes_per_session
+        if self.tenant_cap is not None:
+            limit = min(limit, self.tenant_cap)
+        if limit < 1:  # the helper counts from one: a cap of none is refused here
+            raise QuotaExceededError(
+                "processes_per_session: this tenant may run no background process",
+                quota="processes_per_session",
+            )
+        return limit
+
     async def start(
         self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
     ) -> ProcessStartResult:
@@ -142,9 +153,7 @@ class SessionProcesses:
             "cwd": WORKSPACE if cwd is None else workspace_path(cwd, name="cwd"),
             "env": caller_env(env),
             "max_log_bytes": LOG_CAP_PER_STREAM_BYTES * self._policy.output.max_stream_bytes,
-            "max_running": min(
-                self._policy.limits.processes_per_session, self.tenant_cap or 1 << 30
-            ),
+            "max_running": self._max_running(),
         }
         data = await self._call("start", request, max_reply_bytes=REPLY_SLACK_BYTES)
         result = _parse(ProcessStartResult, {**data, "command": command})

@@ -19,7 +19,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.backend.docker import DockerBackend, NotFoundError
-from orchestrator.errors import BackendError, ProcessCrashedError
+from orchestrator.errors import BackendError, BackendUnavailableError, ProcessCrashedError
 from orchestrator.policy import Policy
 from orchestrator.protocol import (
     ExecuteReply,
@@ -163,6 +163,17 @@ class Repl:
         except ProtocolViolation as exc:
             await self._discard(worker)
             return _crash_outcome(f"the worker broke the protocol: {exc}")
+        except BackendUnavailableError:
+            await self._lose_stream(worker)
+            raise
+
+    async def _lose_stream(self, worker: WorkerProcess) -> None:
+        """The engine went away under the stream; the worker may well live on (and finish its
+        cell). Let go of the stream and re-adopt the worker through a relay on the next call."""
+        if worker.pid:
+            self._adopt_pid = worker.pid
+        self._worker = None
+        await worker.detach()
 
     async def _interrupt(
         self, worker: WorkerProcess, request_id: str, *, state_reset: bool
@@ -214,6 +225,9 @@ class Repl:
         try:
             with anyio.fail_after(QUICK_OP_TIMEOUT):
                 reply = await worker.request(op, **args)
+        except BackendUnavailableError:
+            await self._lose_stream(worker)
+            raise
         except (WorkerExited, ProtocolViolation, TimeoutError) as exc:
             await self._discard(worker)
             raise ProcessCrashedError(f"the worker failed during {op}", cause=str(exc)) from exc

@@ -66,7 +66,7 @@ class SessionTable:
         return True
 
     def ended_reason(self, tenant: str, session_id: str) -> str | None:
-        return self._ended.reason(tenant, session_id)
+        return self._ended.reason(tenant, session_id, current_task())
 
     def find(self, session_id: Any, tenant: str) -> Session:
         """The caller's session; unknown and not-yours are indistinguishable. Its owner is told
@@ -80,7 +80,7 @@ class SessionTable:
             or not may_see(session.task, task)
             or self.grants.sealed(tenant, task)
         ):
-            ended = self._ended.reason(tenant, session_id)
+            ended = self._ended.reason(tenant, session_id, task)
             suffix = f" (it ended: {ended})" if ended else ""
             raise SessionNotFoundError(f"session not found: {session_id}{suffix}")
         return session

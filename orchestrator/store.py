@@ -30,6 +30,8 @@ from orchestrator.errors import InvalidArgumentError
 from orchestrator.history import HistoryEntry
 
 SCHEMA_VERSION = 1
+# History rows beyond a session's cap are deleted once every this many cells.
+PRUNE_EVERY = 32
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
@@ -213,7 +215,8 @@ class Registry:
     # -- code history ----------------------------------------------------------------------
 
     def add_history(self, session_id: str, entry: HistoryEntry, *, keep: int) -> None:
-        """Record one cell; only the newest ``keep`` stay (the session's own history cap)."""
+        """Record one cell. Only the newest ``keep`` are read back; older rows are pruned every
+        ``PRUNE_EVERY`` cells (a delete per cell would double the cost of every execute)."""
         with self._transaction() as db:
             db.execute(
                 "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
@@ -226,21 +229,24 @@ class Registry:
                     entry.timestamp.isoformat(),
                 ),
             )
-            db.execute(
-                "DELETE FROM history WHERE session_id = ? AND seq <= ?",
-                (session_id, entry.index - keep),
-            )
+            if entry.index % PRUNE_EVERY == 0:
+                db.execute(
+                    "DELETE FROM history WHERE session_id = ? AND seq <= ?",
+                    (session_id, entry.index - keep),
+                )
 
     def clear_history(self, session_id: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM history WHERE session_id = ?", (session_id,))
 
-    def history(self, session_id: str) -> list[HistoryEntry]:
+    def history(self, session_id: str, keep: int) -> list[HistoryEntry]:
+        """The newest ``keep`` cells, oldest first."""
         rows = self.db.execute(
             "SELECT seq, code, timestamp, success, output FROM history WHERE session_id = ? "
-            "ORDER BY seq",
-            (session_id,),
+            "ORDER BY seq DESC LIMIT ?",
+            (session_id, keep),
         ).fetchall()
+        rows.reverse()
         return [
             HistoryEntry(r[0], _text(r[1]), datetime.fromisoformat(r[2]), bool(r[3]), _text(r[4]))
             for r in rows

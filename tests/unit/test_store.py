@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.history import HistoryEntry
-from orchestrator.store import SCHEMA_VERSION, Registry, RegistryError, SessionRecord
+from orchestrator.store import PRUNE_EVERY, SCHEMA_VERSION, Registry, RegistryError, SessionRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -304,11 +304,11 @@ def test_removing_a_session_removes_its_items_and_history(registry: Registry) ->
     registry.remove_session("s1")
 
     assert registry.items("s1") == []
-    assert registry.history("s1") == []
+    assert registry.history("s1", 100) == []
     rows = registry.db.execute("SELECT session_id FROM items UNION SELECT session_id FROM history")
     assert rows.fetchall() == [("s2",)]
     assert registry.items("s2") == [("terminal", "t2")]
-    assert len(registry.history("s2")) == 1
+    assert len(registry.history("s2", 100)) == 1
 
 
 # -- code history -------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_history_round_trips_code_and_output_with_lone_surrogates(path: Path) ->
     again = Registry(path)
     again.open()
     try:
-        assert again.history("s1") == [cell]
+        assert again.history("s1", 100) == [cell]
     finally:
         again.close()
 
@@ -334,8 +334,8 @@ def test_history_is_listed_by_index_whatever_the_order_of_writes(registry: Regis
     registry.add_session(record("s1"))
     for index in (3, 1, 2):
         registry.add_history("s1", entry(index, code=f"cell {index}"), keep=10)
-    assert [e.index for e in registry.history("s1")] == [1, 2, 3]
-    assert [e.code for e in registry.history("s1")] == ["cell 1", "cell 2", "cell 3"]
+    assert [e.index for e in registry.history("s1", 100)] == [1, 2, 3]
+    assert [e.code for e in registry.history("s1", 100)] == ["cell 1", "cell 2", "cell 3"]
 
 
 def test_history_keeps_only_the_newest_cells_of_that_session(registry: Registry) -> None:
@@ -345,8 +345,18 @@ def test_history_keeps_only_the_newest_cells_of_that_session(registry: Registry)
         registry.add_history("s2", entry(index), keep=10)
     for index in range(1, 6):
         registry.add_history("s1", entry(index), keep=3)
-    assert [e.index for e in registry.history("s1")] == [3, 4, 5]
-    assert [e.index for e in registry.history("s2")] == [1, 2, 3]
+    assert [e.index for e in registry.history("s1", 3)] == [3, 4, 5]
+    assert [e.index for e in registry.history("s2", 10)] == [1, 2, 3]
+
+
+def test_history_rows_past_the_cap_are_pruned_now_and_then(registry: Registry) -> None:
+    registry.add_session(record("s1"))
+    for index in range(1, PRUNE_EVERY * 2 + 1):
+        registry.add_history("s1", entry(index), keep=3)
+    rows = registry.db.execute("SELECT COUNT(*) FROM history").fetchone()[0]
+    assert rows == 3  # the last cell was a pruning one
+    last = PRUNE_EVERY * 2
+    assert [e.index for e in registry.history("s1", 100)] == [last - 2, last - 1, last]
 
 
 def test_history_is_cleared_per_session(registry: Registry) -> None:
@@ -355,5 +365,5 @@ def test_history_is_cleared_per_session(registry: Registry) -> None:
     registry.add_history("s1", entry(1), keep=10)
     registry.add_history("s2", entry(1), keep=10)
     registry.clear_history("s1")
-    assert registry.history("s1") == []
-    assert len(registry.history("s2")) == 1
+    assert registry.history("s1", 100) == []
+    assert len(registry.history("s2", 100)) == 1

@@ -6,18 +6,27 @@ upgraded to a raw stream, read and written asynchronously for the life of the ex
 
 Invariants: a stream is used by one reader at a time; frames are parsed with a bounded header and
 never trust the engine's sizes beyond ``MAX_FRAME``; ``aclose`` is idempotent and never raises.
+
+A stream that breaks is told apart by asking the engine: if it does not answer a ping, the engine
+went away under the stream (dockerd stopped or restarted) and the caller gets
+``BackendUnavailableError``, never a hang and never "the process ended", which would be a lie
+while it may still run; if the engine answers, the exec's own end closed the stream, reported as
+before (``receive`` gives None, ``send`` raises ``BrokenResourceError``) so callers replace what
+they lost once the engine is back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import struct
 from urllib.parse import urlparse
 
 import anyio
 import anyio.abc
 
+from orchestrator.backend.docker._client import ENGINE_HINT
 from orchestrator.errors import BackendError, BackendUnavailableError
 
 # Engine API version used for the upgrade request; 1.41 is what Docker 20.10 speaks and newer
@@ -28,7 +37,14 @@ MAX_FRAME = 1024 * 1024
 MAX_RESPONSE_HEADER = 16 * 1024
 # Connecting and upgrading is local; a second means the engine is stuck, not slow.
 CONNECT_TIMEOUT = 10.0
+# A ping is the cheapest thing the engine answers (no locks); a live engine does in milliseconds,
+# and this bounds how long a broken stream takes to be reported when the socket still accepts
+# (socket activation holds it while dockerd is down).
+PING_TIMEOUT = 5.0
+_PING = b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n"
 _HEADER = struct.Struct(">BxxxL")
+
+log = logging.getLogger(__name__)
 
 
 async def _connect(docker_host: str) -> anyio.abc.SocketStream:
@@ -44,12 +60,35 @@ async def _connect(docker_host: str) -> anyio.abc.SocketStream:
     raise BackendUnavailableError(f"attaching over {url.scheme!r} is not supported (unix, tcp)")
 
 
+async def engine_answers(docker_host: str) -> bool:
+    """Whether the engine answers a ping right now (an own connection, closed after)."""
+    try:
+        with anyio.fail_after(PING_TIMEOUT):
+            sock = await _connect(docker_host)
+            async with sock:
+                await sock.send(_PING)
+                head = await sock.receive()
+    except (
+        BackendUnavailableError,
+        OSError,
+        TimeoutError,
+        anyio.EndOfStream,
+        anyio.BrokenResourceError,
+    ) as exc:
+        log.debug("the engine at %s does not answer a ping: %r", docker_host, exc)
+        return False
+    return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+
+
 class AttachedExec:
     """stdin in, ``(stream, bytes)`` out; with a TTY every chunk is reported as stdout."""
 
-    def __init__(self, exec_id: str, sock: anyio.abc.SocketStream, *, tty: bool) -> None:
+    def __init__(
+        self, exec_id: str, sock: anyio.abc.SocketStream, *, tty: bool, docker_host: str
+    ) -> None:
         self.exec_id = exec_id
         self._sock = sock
+        self._docker_host = docker_host
         self._tty = tty
         self._buffer = bytearray()
         self._closed = False
@@ -67,9 +106,14 @@ class AttachedExec:
             ).encode() + body
             with anyio.fail_after(CONNECT_TIMEOUT):
                 await sock.send(request)
-                stream = cls(exec_id, sock, tty=tty)
+                stream = cls(exec_id, sock, tty=tty, docker_host=docker_host)
                 await stream._read_response_head()
             return stream
+        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+            await sock.aclose()
+            raise BackendUnavailableError(
+                f"the engine at {docker_host} did not start exec {exec_id[:12]}"
+            ) from exc
         except BaseException:
             await sock.aclose()
             raise
@@ -87,19 +131,39 @@ class AttachedExec:
         self._buffer = bytearray(rest)
 
     async def send(self, data: bytes) -> None:
-        await self._sock.send(data)
+        try:
+            await self._sock.send(data)
+        except (OSError, anyio.BrokenResourceError) as exc:
+            await self._fail_if_engine_gone(exc)
+            raise
 
     async def send_eof(self) -> None:
-        await self._sock.send_eof()
+        try:
+            await self._sock.send_eof()
+        except (OSError, anyio.BrokenResourceError) as exc:
+            await self._fail_if_engine_gone(exc)
+            raise
 
     async def _fill(self, size: int) -> bool:
         while len(self._buffer) < size:
             try:
                 chunk = await self._sock.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            except anyio.ClosedResourceError:
+                return False
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
+                await self._fail_if_engine_gone(exc)
                 return False
             self._buffer += chunk
         return True
+
+    async def _fail_if_engine_gone(self, exc: BaseException) -> None:
+        """The stream broke: raise if the engine went away, return if the exec itself ended."""
+        if self._closed or await engine_answers(self._docker_host):
+            return
+        raise BackendUnavailableError(
+            f"lost the Docker engine during exec {self.exec_id[:12]}: it does not answer",
+            hint=ENGINE_HINT,
+        ) from exc
 
     async def receive(self) -> tuple[int, bytes] | None:
         """The next chunk, or None once the exec's output has ended."""

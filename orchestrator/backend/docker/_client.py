@@ -15,6 +15,7 @@ import anyio
 import docker
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 
 from orchestrator.errors import BackendError, BackendUnavailableError, OrchestratorError
 
@@ -29,7 +30,7 @@ ENGINE_HINT = "is the Docker engine running, and may this user reach its socket 
 
 
 class NotFoundError(BackendError):
-    """The engine has no such container, exec or image."""
+    """The engine has no such container, exec or image, or the container no longer runs."""
 
 
 @contextlib.contextmanager
@@ -42,11 +43,24 @@ def translate_docker_errors() -> Iterator[None]:
     except docker.errors.NotFound as exc:
         raise NotFoundError(_explain(exc)) from exc
     except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "is not running" in _explain(exc):
+            # Nothing runs in a stopped session container again as it was: its tmpfs and
+            # processes are gone. An engine restarted without live-restore stops every container.
+            raise NotFoundError(f"{_explain(exc)} (stopped or killed)") from exc
         raise BackendError(f"engine refused: {_explain(exc)}") from exc
-    except (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError) as exc:
+    except (
+        requests.exceptions.ConnectionError,
+        # A response cut off mid-body (the engine died while streaming it).
+        requests.exceptions.ChunkedEncodingError,
+        urllib3.exceptions.ProtocolError,
+        ConnectionError,
+        FileNotFoundError,
+    ) as exc:
         raise BackendUnavailableError("Docker engine not reachable", hint=ENGINE_HINT) from exc
-    except requests.exceptions.Timeout as exc:
-        raise BackendUnavailableError("Docker engine did not answer in time") from exc
+    except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError) as exc:
+        raise BackendUnavailableError(
+            "Docker engine did not answer in time", hint=ENGINE_HINT
+        ) from exc
     except docker.errors.DockerException as exc:
         if "connection" in str(exc).lower() or "socket" in str(exc).lower():
             raise BackendUnavailableError("Docker engine not reachable", hint=ENGINE_HINT) from exc
@@ -81,7 +95,7 @@ class DockerClient:
         with self._sdk_lock:
             if self._sdk is None:
                 self._sdk = docker.DockerClient(
-                    base_url=self.docker_host, version="auto", timeout=int(self._api_timeout)
+                    base_url=self.docker_host, version="auto", timeout=self._api_timeout
                 )
             return self._sdk
 
