@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # Room around the policy's reply cap for JSON framing and the fixed fields.
 FRAME_SLACK_BYTES = 64 * 1024
+# Re-adopting: reach the worker; if a cell holds it past the first wait, interrupt the cell
+# (its answer has no reader) and reach it again.
+ADOPT_READY_TIMEOUTS = (2.0, 10.0)
 # Introspection replies are small and fast; a worker that needs longer is stuck.
 QUICK_OP_TIMEOUT = 10.0
 
@@ -130,20 +133,36 @@ class Repl:
         return self._worker
 
     async def _adopt(self, pid: int) -> None:
-        """Reach the worker an earlier orchestrator left running. One that cannot be reached
-        (gone, busy past the ready timeout, or a stranger on its socket) is killed: its state is
-        lost, which the next execute reports, and it never lingers as an orphan."""
+        """Reach the worker an earlier orchestrator left running. One still busy with a cell
+        that orchestrator sent (no one waits for its answer any more) is interrupted, state
+        kept, and reached again. One that cannot be reached (gone, stuck, or a stranger on its
+        socket) is killed: its state is lost, which the next execute reports, and it never
+        lingers as an orphan."""
         self._adopt_pid = None
         max_frame = self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES
-        try:
-            self._worker = await WorkerProcess.attach(
-                self._backend, self._container_id, pid, max_frame=max_frame
-            )
-        except (ProtocolViolation, WorkerExited, TimeoutError) as exc:
-            log.info("worker %d in %s not re-adopted: %s", pid, self._container_id[:12], exc)
-            self._state_lost = True
-            with contextlib.suppress(BackendError):
-                await kill_pid(self._backend, self._container_id, pid)
+        for attempt, ready_timeout in enumerate(ADOPT_READY_TIMEOUTS):
+            try:
+                self._worker = await WorkerProcess.attach(
+                    self._backend,
+                    self._container_id,
+                    pid,
+                    max_frame=max_frame,
+                    ready_timeout=ready_timeout,
+                )
+                return
+            except TimeoutError:
+                if attempt + 1 < len(ADOPT_READY_TIMEOUTS):
+                    with contextlib.suppress(BackendError):
+                        await kill_pid(self._backend, self._container_id, pid, "INT")
+                    continue
+                reason = "no ready frame, even after an interrupt"
+            except (ProtocolViolation, WorkerExited) as exc:
+                reason = str(exc)
+            break
+        log.info("worker %d in %s not re-adopted: %s", pid, self._container_id[:12], reason)
+        self._state_lost = True
+        with contextlib.suppress(BackendError):
+            await kill_pid(self._backend, self._container_id, pid)
 
     async def execute(self, code: str, *, timeout: float) -> ExecuteOutcome:
         limit = self._policy.python.max_code_bytes

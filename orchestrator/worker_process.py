@@ -85,13 +85,22 @@ class WorkerProcess:
 
     @classmethod
     async def attach(
-        cls, backend: DockerBackend, container_id: str, pid: int, *, max_frame: int
+        cls,
+        backend: DockerBackend,
+        container_id: str,
+        pid: int,
+        *,
+        max_frame: int,
+        ready_timeout: float = READY_TIMEOUT,
     ) -> WorkerProcess:
         """Reach a persistent worker that outlived the orchestrator which started it, through a
         relay exec (``worker/relay.py``). The relay announces the pid at the far end of the
         socket; it must be ``pid``, the worker the registry knows, or this is not our worker."""
         spec = ExecSpec(argv=[*RELAY_ARGV, str(pid)])
-        worker = await cls._open(backend, container_id, spec, max_frame=max_frame)
+        # On failure only the relay goes: the caller decides what becomes of the worker.
+        worker = await cls._open(
+            backend, container_id, spec, max_frame=max_frame, kill=False, timeout=ready_timeout
+        )
         if worker.pid != pid:
             await worker._stream.aclose()  # a stranger on the socket: leave it, drop the relay
             raise ProtocolViolation(f"the worker's socket is held by pid {worker.pid}, not {pid}")
@@ -99,12 +108,19 @@ class WorkerProcess:
 
     @classmethod
     async def _open(
-        cls, backend: DockerBackend, container_id: str, spec: ExecSpec, *, max_frame: int
+        cls,
+        backend: DockerBackend,
+        container_id: str,
+        spec: ExecSpec,
+        *,
+        max_frame: int,
+        kill: bool = True,
+        timeout: float = READY_TIMEOUT,
     ) -> WorkerProcess:
         stream = await backend.open_exec(container_id, spec)
         worker = cls(backend, container_id, stream, max_frame)
         try:
-            with anyio.fail_after(READY_TIMEOUT):
+            with anyio.fail_after(timeout):
                 worker.pid = await worker._announced_pid()
                 frame = await worker._next_frame()
             if isinstance(frame, FatalFrame):
@@ -115,7 +131,7 @@ class WorkerProcess:
                 raise ProtocolViolation(f"worker says it is pid {frame.pid}, it is {worker.pid}")
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await worker.kill()
+                await (worker.kill() if kill else worker.detach())
             raise
         return worker
 

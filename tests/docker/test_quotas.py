@@ -213,3 +213,20 @@ async def test_a_tenant_uses_only_its_allowed_policies(worker_image: ImageBuildR
         # A tenant without a policy list may use any.
         await ok(orch, "anyone", "python_repl", CREATE)
         assert len(await containers_of(orch)) == 2
+
+
+async def test_a_warm_pool_never_carries_a_tenant_past_its_quota(
+    worker_image: ImageBuildResult,
+) -> None:
+    """Quotas are checked before a pooled session is handed out, so a ready pool changes how
+    fast a tenant gets a session, never how many it may hold."""
+    async with orchestrator_for(worker_image, tenant("pooled", sessions=1)) as orch:
+        await orch.set_pool_size("default", 2)
+        with anyio.fail_after(CONCURRENT_TIMEOUT):
+            while orch.pool_status()["default"]["ready"] < 2:  # noqa: ASYNC110 (no pool event)
+                await anyio.sleep(0.1)
+        first = await ok(orch, "pooled", "python_repl", CREATE)
+        await refused_for(orch, "pooled", "python_repl", CREATE, "sessions")
+        assert orch.pool_status()["default"]["ready"] >= 1  # the refusal took nothing
+        listed = await ok(orch, "pooled", "python_repl", {"operation": "list_sessions"})
+        assert [s["session_id"] for s in listed["sessions"]] == [first["session_id"]]

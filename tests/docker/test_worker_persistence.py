@@ -116,3 +116,27 @@ async def test_a_stranger_on_the_workers_socket_is_not_adopted(
         assert second.worker_pid != pid
     finally:
         await second.aclose()
+
+
+async def test_a_worker_busy_with_an_abandoned_cell_is_interrupted_and_re_adopted(
+    docker_backend: DockerBackend, make_container: ContainerFactory
+) -> None:
+    """The orchestrator died while a long cell ran (its answer, a large one, has no reader):
+    the next orchestrator interrupts that cell and gets the worker back, variables intact."""
+    policy = load_policy("default")
+    container_id = await make_container(policy)
+    first = Repl(docker_backend, container_id, policy)
+    await first.start()
+    assert (await first.execute("x = 41", timeout=10)).success
+    worker = first._worker
+    assert worker is not None
+    await worker.send("execute", code="import time\nprint('y' * 200_000)\ntime.sleep(60)")
+    pid = await abandon(first)
+
+    second = Repl(docker_backend, container_id, policy, adopt_pid=pid)
+    try:
+        outcome = await second.execute("x + 1", timeout=10)
+        assert outcome.result_repr == "42" and not outcome.state_reset, outcome
+        assert second.worker_pid == pid
+    finally:
+        await second.aclose()
