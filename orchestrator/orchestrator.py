@@ -88,6 +88,7 @@ class Orchestrator(PythonReplOperations):
         self._audit: AuditLog | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._reaper = anyio.CancelScope()
         self.last_reconcile = ReconcileReport()
 
     async def __aenter__(self) -> Self:
@@ -129,12 +130,14 @@ class Orchestrator(PythonReplOperations):
         self.last_reconcile = await self.reconcile(adopt=True)
         if self.last_reconcile.adopted or self.last_reconcile.reaped:
             log.info("reconciled: %s", self.last_reconcile.summary())
-        self._task_group.start_soon(self._reap_forever)
+        self._task_group.start_soon(self._reap_forever, self._reaper)
         for name, size in self.config.pool.items():
             await self.set_pool_size(name, size)
 
     async def aclose(self) -> None:
         keep = self.config.on_shutdown == "persist"
+        # First the reaper: its reconcile would take sessions being let go for orphans.
+        self._reaper.cancel()
         for pool in self._pools.values():
             pool.resize(0)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
@@ -592,10 +595,14 @@ class Orchestrator(PythonReplOperations):
         if report.forgotten or report.reaped:
             log.info("reconciled: %s", report.summary())
 
-    async def _reap_forever(self) -> None:
-        """For as long as we run: end sessions past their idle timeout (unless they still have
-        work running) or maximum lifetime, pause idle ones whose policy says so, and reconcile
-        the engine's containers with the sessions we hold."""
+    async def _reap_forever(self, scope: anyio.CancelScope) -> None:
+        """Until ``scope`` is cancelled: end sessions past their idle timeout (unless they still
+        have work running) or maximum lifetime, pause idle ones whose policy says so, and
+        reconcile the engine's containers with the sessions we hold."""
+        with scope:
+            await self._reap_rounds()
+
+    async def _reap_rounds(self) -> None:
         while True:
             interval = reap_interval(self._sessions.values(), self.policy(None).timeouts.idle_s)
             await anyio.sleep(min(interval, self.config.reap_interval))

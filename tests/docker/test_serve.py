@@ -144,7 +144,9 @@ async def test_a_tenants_file_gives_each_tenant_its_key(
         async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
             listing = await http.get("/v1/sessions", headers={"Authorization": f"Bearer {key}"})
         assert listing.status_code == 200
-        assert not (tmp_path / "data").exists()  # no local key is made beside a tenants file
+        # No local key is made beside a tenants file (the data directory holds the registry).
+        assert not (tmp_path / "data" / LOCAL_KEY_FILE).exists()
+        assert (tmp_path / "data" / "registry.db").exists()
 
 
 def run_serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
