@@ -99,7 +99,13 @@ class WorkerProcess:
         spec = ExecSpec(argv=[*RELAY_ARGV, str(pid)])
         # On failure only the relay goes: the caller decides what becomes of the worker.
         worker = await cls._open(
-            backend, container_id, spec, max_frame=max_frame, kill=False, timeout=ready_timeout
+            backend,
+            container_id,
+            spec,
+            max_frame=max_frame,
+            kill=False,
+            timeout=ready_timeout,
+            unknown_pid_is=pid,
         )
         if worker.pid != pid:
             await worker._stream.aclose()  # a stranger on the socket: leave it, drop the relay
@@ -116,12 +122,17 @@ class WorkerProcess:
         max_frame: int,
         kill: bool = True,
         timeout: float = READY_TIMEOUT,
+        unknown_pid_is: int | None = None,
     ) -> WorkerProcess:
         stream = await backend.open_exec(container_id, spec)
         worker = cls(backend, container_id, stream, max_frame)
         try:
             with anyio.fail_after(timeout):
                 worker.pid = await worker._announced_pid()
+                if worker.pid == 0 and unknown_pid_is is not None:
+                    # The relay's kernel cannot name its peer (gVisor answers SO_PEERCRED with
+                    # the relay's own pid): the pid the worker bound its socket under stands.
+                    worker.pid = unknown_pid_is
                 frame = await worker._next_frame()
             if isinstance(frame, FatalFrame):
                 raise ProtocolViolation(f"worker refused to start: {frame.error_message}")

@@ -4,8 +4,9 @@ Started as ``python3 -I /opt/sbx/worker/relay.py PID`` by an orchestrator that r
 whose worker outlived the orchestrator before it. The first line it writes is
 ``sbx-pid <pid>``: the pid of the process at the other end of the socket as the kernel tells it
 (SO_PEERCRED), not as that process says, so a signal the host sends reaches the process it talks
-to. Then bytes flow both ways unchanged until either side ends; the relay exits 0 then, and 3 if
-it could not reach the worker at all.
+to; ``sbx-pid 0`` where the kernel cannot tell (gVisor's answers with the caller's own pid).
+Then bytes flow both ways unchanged until either side ends; the relay exits 0 then, and 3 if it
+could not reach the worker at all.
 """
 
 import contextlib
@@ -74,6 +75,8 @@ def main(argv: list[str]) -> int:
         return 3
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, _, _ = struct.unpack("3i", creds)
+    if pid == os.getpid():
+        pid = 0  # gVisor names the caller, not the peer: say that the kernel cannot tell
     _write_all(1, b"sbx-pid %d\n" % pid)
     with contextlib.suppress(OSError):
         _pump(sock)

@@ -131,6 +131,11 @@ async def test_kill_9_then_restart_re_adopts_sessions_and_leaves_no_orphan(
             listed = await call(http, "process", operation="list", session_id=session_id)
             ids = {p["process_id"]: p["state"] for p in listed["processes"]}
             assert ids.get(process["process_id"]) == "running"
+            # Found by its id alone: the registry kept which session it belongs to.
+            output = await call(
+                http, "process", operation="read_output", process_id=process["process_id"]
+            )
+            assert output["success"], output
             read = await call(
                 http, "terminal", operation="read", terminal_id=terminal["terminal_id"]
             )

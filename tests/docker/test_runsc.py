@@ -18,12 +18,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator.adoption import sweep
 from orchestrator.backend.base import ContainerSpec, ContainerState, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.errors import OrchestratorError
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 from orchestrator.policy import Policy, load_policy
+from orchestrator.repl import Repl
 from tests.conftest import IN_CI, RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL, ContainerFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -383,3 +385,25 @@ async def test_the_persistent_shell_keeps_its_directory_under_gvisor(orch: Orche
     sid = first.structured["session_id"]
     again = await orch.call("terminal", {"operation": "run", "command": "pwd", "session_id": sid})
     assert again.structured["stdout"] == "/tmp\n"
+
+
+async def test_a_worker_is_re_adopted_under_gvisor_too(
+    gvisor: Policy, docker_backend: DockerBackend, make_container: ContainerFactory
+) -> None:
+    """The relay names its peer with SO_PEERCRED and the sweep reads /proc: both hold under
+    gVisor's kernel, so a restart keeps a gVisor session's state as it keeps a runc one's."""
+    container_id = await make_container(gvisor)
+    first = Repl(docker_backend, container_id, gvisor)
+    await first.start()
+    assert (await first.execute("x = 41", timeout=30)).success
+    worker = first._worker
+    assert worker is not None
+    await worker.detach()  # what a kill -9 of the orchestrator leaves
+    assert await sweep(docker_backend, container_id, worker.pid) == 0
+
+    second = Repl(docker_backend, container_id, gvisor, adopt_pid=worker.pid)
+    try:
+        outcome = await second.execute("x + 1", timeout=30)
+        assert outcome.result_repr == "42" and not outcome.state_reset, outcome
+    finally:
+        await second.aclose()
