@@ -439,3 +439,33 @@ async def test_an_invalid_task_name_is_an_invalid_argument_and_creates_nothing(
     listed = await ok(orch, TENANT_A_ITSELF, "python_repl", {"operation": "list_sessions"})
     assert listed["count"] == 0
     assert await orch.backend.list_containers({LABEL_ORCHESTRATOR: orch.orchestrator_id}) == []
+
+
+async def test_a_call_in_flight_for_a_task_that_gets_closed_returns_nothing_it_found(
+    orch: Orchestrator,
+) -> None:
+    """Access is checked again when a call's await ends: a task closed meanwhile gets
+    session_not_found, never the output its call went on to find."""
+    session = await ok(orch, OWNER, "python_repl", {"operation": "execute", "code": "1"})
+    start = {
+        "operation": "start",
+        "session_id": session["session_id"],
+        "command": "sleep 1; echo secret; sleep 30",
+        "yield_time_ms": 0,
+    }
+    terminal = await ok(orch, OWNER, "terminal", start)
+    wait = {"operation": "wait", "terminal_id": terminal["terminal_id"], "timeout_ms": 20_000}
+    answers: list[ToolResult] = []
+
+    async def waiting() -> None:
+        answers.append(await call(orch, OWNER, "terminal", wait))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiting)
+        await anyio.sleep(0.5)
+        closed = await ok(
+            orch, TENANT_A_ITSELF, "session", {"operation": "close_owner", "task": OWNER[1]}
+        )
+        assert closed["converged"], closed
+    assert answers[0].structured["error_type"] == "session_not_found", answers[0].structured
+    assert "secret" not in answers[0].text
