@@ -116,3 +116,14 @@ async def test_the_reconcile_removes_unknown_containers_of_its_id_and_ends_stopp
     finally:
         await orch.backend.remove_container(not_ours)
         await orch.backend.remove_container(orphan)
+
+
+async def test_maximum_lifetime_ends_a_session_whatever_runs_in_it(
+    orch: Orchestrator, tmp_path: Path
+) -> None:
+    (tmp_path / "short.toml").write_text(
+        'name = "short"\nextends = "default"\n[timeouts]\nidle_s = 2\nmax_lifetime_s = 2\n'
+    )
+    session = await orch.create_session(policy="short")
+    await session.processes.start("sleep 30")
+    assert "maximum lifetime (2 s) reached" in await wait_until_ended(orch, session.id)
