@@ -21,13 +21,12 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
-from orchestrator.adoption import adopt_session
 from orchestrator.arguments import (
     check_policy_name,
     check_session_id,
 )
 from orchestrator.audit import AuditLog
-from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, ContainerSpec
+from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import OrchestratorConfig as OrchestratorConfig  # re-exported
 from orchestrator.errors import (
@@ -48,12 +47,13 @@ from orchestrator.owners import SHARE_ACTIONS, check_task, current_task, task_sc
 from orchestrator.policy import Policy, load_policy
 from orchestrator.pool import WarmPool
 from orchestrator.quotas import Admission, check_policy_allowed, per_session_cap
-from orchestrator.reconcile import ReconcileReport, plan
+from orchestrator.reconcile import ReconcileReport
+from orchestrator.reconciler import Reconciler
 from orchestrator.repl_operations import ExecuteResult as ExecuteResult  # re-exported
 from orchestrator.repl_operations import PythonReplOperations
 from orchestrator.session_table import SessionTable
 from orchestrator.sessions import Session, new_session_id
-from orchestrator.store import Registry, SessionRecord
+from orchestrator.store import Registry
 from orchestrator.tenants import TenantConfig
 from orchestrator.tools import TOOLS, ToolResult, call_tool
 
@@ -65,8 +65,6 @@ MAX_POOL_SIZE = 256
 
 # Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
 SHUTDOWN_TIMEOUT = 60.0
-# Re-adopting one session: a sweep exec, a relay exec and a ready frame (or a fresh worker).
-ADOPT_TIMEOUT = 30.0
 
 
 class Orchestrator(PythonReplOperations):
@@ -78,6 +76,13 @@ class Orchestrator(PythonReplOperations):
         self._image = self.config.image
         self._registry = Registry(self.config.registry_path)
         self._table = SessionTable(self._registry)
+        self._reconciler = Reconciler(
+            self.backend,
+            self._table,
+            in_flight=self._in_flight,
+            end_session=self.end_session,
+            adopted=self._apply_tenant_caps,
+        )
         self.orchestrator_id = self.config.orchestrator_id or ""
         # Creations in flight, counted against every limit.
         self._admission = Admission(self.config.max_sessions)
@@ -281,9 +286,7 @@ class Orchestrator(PythonReplOperations):
         else:
             session = await self._new_session(tenant, policy)
         session.task = current_task()
-        limits = self.tenant_config(tenant)
-        session.terminals.tenant_cap = per_session_cap(limits, "terminals_per_session")
-        session.processes.tenant_cap = per_session_cap(limits, "processes_per_session")
+        self._apply_tenant_caps(session)
         self._table.add(session)
         return session
 
@@ -325,67 +328,21 @@ class Orchestrator(PythonReplOperations):
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, *, adopt: bool = False) -> ReconcileReport:
-        """Match the engine's containers labelled with this orchestrator's id against what we
-        know. At start (``adopt``), the registry is what we know: its live sessions are
-        re-adopted. Later, the sessions in memory are: a container of ours that is in no table,
-        no pool and no creation in flight is an orphan and is removed, and a session whose
-        container stopped or vanished is ended."""
-        report = ReconcileReport()
-        containers = await self.backend.describe_containers(
-            [f"{LABEL_ORCHESTRATOR}={self.orchestrator_id}"]
+        """Match the engine's containers of this orchestrator's id with what it knows (at start
+        the registry, re-adopting its sessions; later the sessions in memory): ``reconciler``."""
+        return await self._reconciler.run(
+            self.orchestrator_id, adopt=adopt, task_group=self._task_group
         )
-        if adopt:
-            records = self._registry.sessions()
-        else:
-            records = [_record_of(s) for s in self._sessions.values()]
-            pooled = {c for pool in self._pools.values() for c in pool.container_ids()}
-            containers = [
-                c
-                for c in containers
-                if c.id not in pooled and c.labels.get(LABEL_SESSION) not in self._building
-            ]
-        decided = plan(records, containers)
-        ending = {r.container_id for r in decided.forget} if not adopt else set()
-        for container in decided.reap:
-            if container.id not in ending:  # end_session below removes those
-                await self.backend.remove_container(container.id)
-                report.reaped.append(container.id)
-        for record in decided.forget:
-            if adopt:
-                self._registry.remove_session(record.id)
-            elif (session := self._sessions.get(record.id)) is not None:
-                await self.end_session(session, "its container stopped or disappeared")
-            report.forgotten.append(record.id)
-        if adopt:
-            async with anyio.create_task_group() as tg:
-                for record, container in decided.adopt:
-                    tg.start_soon(self._adopt, record, container, report)
-        return report
 
-    async def _adopt(self, record: SessionRecord, container: Any, report: ReconcileReport) -> None:
-        assert self._task_group is not None
-        try:
-            with anyio.fail_after(ADOPT_TIMEOUT):
-                session, items = await adopt_session(
-                    self.backend,
-                    self._registry,
-                    record,
-                    container,
-                    task_group=self._task_group,
-                    on_new_worker=lambda pid: self._registry.set_worker_pid(record.id, pid),
-                )
-        except (OrchestratorError, TimeoutError) as exc:
-            log.warning("session %s could not be re-adopted, reaping it: %s", record.id, exc)
-            self._registry.remove_session(record.id)
-            with contextlib.suppress(OrchestratorError):
-                await self.backend.remove_container(container.id)
-            report.reaped.append(container.id)
-            return
+    def _in_flight(self) -> set[str]:
+        """Containers (pooled) and session ids (being built) that are in no table yet."""
+        pooled = {c for pool in self._pools.values() for c in pool.container_ids()}
+        return pooled | self._building
+
+    def _apply_tenant_caps(self, session: Session) -> None:
         limits = self.tenant_config(session.tenant)
         session.terminals.tenant_cap = per_session_cap(limits, "terminals_per_session")
         session.processes.tenant_cap = per_session_cap(limits, "processes_per_session")
-        self._table.adopt(session, items)
-        report.adopted.append(record.id)
 
     # -- warm pools -----------------------------------------------------------------------
 
@@ -634,15 +591,3 @@ class Orchestrator(PythonReplOperations):
             return False
         listed = await session.processes.list()
         return any(p.state == "running" or p.ports for p in listed.processes)
-
-
-def _record_of(session: Session) -> SessionRecord:
-    return SessionRecord(
-        id=session.id,
-        tenant=session.tenant,
-        task=session.task,
-        policy_json="",
-        container_id=session.container_id,
-        worker_pid=None,
-        created_at="",
-    )
