@@ -36,7 +36,10 @@ async def test_every_call_is_recorded_and_the_chain_verifies(
         )
         sid = first.structured["session_id"]
         await orch.call(
-            "python_repl", {"operation": "execute", "code": "1/0", "session_id": sid}, tenant="acme"
+            "python_repl",
+            {"operation": "execute", "code": "1/0", "session_id": sid},
+            tenant="acme",
+            task="job-7",
         )
         await orch.call("python_repl", {"operation": "nope"}, tenant="acme")
         await orch.call(
@@ -46,12 +49,14 @@ async def test_every_call_is_recorded_and_the_chain_verifies(
     assert report.ok, report.problems
     calls = records(tmp_path)
     assert [
-        (r["tenant"], r["tool"], r["operation"], r["success"], r["error_type"]) for r in calls
+        (r["tenant"], r["task"], r["tool"], r["operation"], r["success"], r["error_type"])
+        for r in calls
     ] == [
-        ("acme", "python_repl", "execute", True, None),
-        ("acme", "python_repl", "execute", False, "ZeroDivisionError"),
-        ("acme", "python_repl", "nope", False, "invalid_argument"),
-        ("intruder", "files", "read", False, "session_not_found"),
+        ("acme", None, "python_repl", "execute", True, None),
+        # Task job-7 may not see the tenant's own session: answered as unknown, and audited.
+        ("acme", "job-7", "python_repl", "execute", False, "session_not_found"),
+        ("acme", None, "python_repl", "nope", False, "invalid_argument"),
+        ("intruder", None, "files", "read", False, "session_not_found"),
     ]
     assert calls[0]["session_id"] == sid
     assert secret not in await anyio.to_thread.run_sync(everything_written, tmp_path)

@@ -138,12 +138,25 @@ async def test_a_tenants_file_gives_each_tenant_its_key(
 ) -> None:
     key = new_key()
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text(f'[[tenant]]\nname = "ops"\nkey_sha256 = "{hash_key(key)}"\n')
+    tenants.write_text(
+        f'[[tenant]]\nname = "ops"\nkey_sha256 = "{hash_key(key)}"\n[tenant.quotas]\nsessions = 1\n'
+    )
     async with running(worker_image.tag, tmp_path, "--tenants", str(tenants)) as server:
         assert "1 tenant(s)" in server.notice and key not in server.notice
+        headers = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
-            listing = await http.get("/v1/sessions", headers={"Authorization": f"Bearer {key}"})
-        assert listing.status_code == 200
+            listing = await http.get("/v1/sessions", headers=headers)
+            assert listing.status_code == 200
+            with anyio.fail_after(CALL_TIMEOUT):
+                first = await http.post("/v1/sessions", json={"code": "1"}, headers=headers)
+                second = await http.post("/v1/sessions", json={"code": "1"}, headers=headers)
+        assert first.status_code == 200, first.text
+        # The file's quota is the server's: one session for this tenant.
+        assert second.status_code == 429
+        assert second.json()["quota"] == "sessions", second.text
+        server.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(STOP_TIMEOUT):
+            await server.process.wait()
         # No local key is made beside a tenants file (the data directory holds the registry).
         assert not (tmp_path / "data" / LOCAL_KEY_FILE).exists()
         assert (tmp_path / "data" / "registry.db").exists()
