@@ -1,10 +1,14 @@
-"""What sbx runs on this engine, seen from the engine alone: every container labelled by sbx,
-whoever started it. For ops: it needs no running orchestrator, so it also shows what a crashed
-one left behind. It never touches a container without the sbx labels."""
+"""What sbx runs on this engine, seen from the engine: every container labelled by sbx, whoever
+started it. For ops: it needs no running orchestrator, so it also shows what a crashed one left
+behind. It never touches a container without the sbx labels.
+
+Labels are fixed when a container is made, so a session handed out from a warm pool is labelled
+with the pool's tenant; a registry, when given, names the real owner (tenant and task)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -14,6 +18,7 @@ from orchestrator.backend.base import (
     LABEL_POLICY_NAME,
     LABEL_SESSION,
     LABEL_TENANT,
+    ContainerSummary,
 )
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import BackendError, SessionNotFoundError
@@ -25,6 +30,7 @@ MIB = 1024 * 1024
 class FleetEntry:
     session_id: str
     tenant: str
+    task: str | None
     policy: str
     orchestrator_id: str
     state: str
@@ -36,7 +42,15 @@ class FleetEntry:
         return dict(self.__dict__)
 
 
-async def list_fleet(backend: DockerBackend, *, with_memory: bool = True) -> list[FleetEntry]:
+async def list_fleet(
+    backend: DockerBackend,
+    *,
+    with_memory: bool = True,
+    owners: Mapping[str, tuple[str, str | None]] | None = None,
+) -> list[FleetEntry]:
+    """Every sbx container; ``owners`` (session id -> tenant, task, from ``store.read_owners``)
+    wins over the labels."""
+    owners = owners or {}
     containers = await backend.describe_containers([LABEL_SESSION, LABEL_ORCHESTRATOR])
     memory: dict[str, float | None] = {c.id: None for c in containers}
 
@@ -53,20 +67,29 @@ async def list_fleet(backend: DockerBackend, *, with_memory: bool = True) -> lis
                 if container.state == "running":
                     tg.start_soon(measure, container.id)
     now = time.time()
-    entries = [
-        FleetEntry(
-            session_id=c.labels.get(LABEL_SESSION, ""),
-            tenant=c.labels.get(LABEL_TENANT, ""),
-            policy=c.labels.get(LABEL_POLICY_NAME, ""),
-            orchestrator_id=c.labels.get(LABEL_ORCHESTRATOR, ""),
-            state=c.state,
-            age_s=round(max(now - c.created, 0.0), 1),
-            memory_mb=memory[c.id],
-            container_id=c.id[:12],
-        )
-        for c in containers
-    ]
+    entries = [_entry(c, memory[c.id], owners, now) for c in containers]
     return sorted(entries, key=lambda e: e.age_s)
+
+
+def _entry(
+    container: ContainerSummary,
+    memory_mb: float | None,
+    owners: Mapping[str, tuple[str, str | None]],
+    now: float,
+) -> FleetEntry:
+    session_id = container.labels.get(LABEL_SESSION, "")
+    tenant, task = owners.get(session_id, (container.labels.get(LABEL_TENANT, ""), None))
+    return FleetEntry(
+        session_id=session_id,
+        tenant=tenant,
+        task=task,
+        policy=container.labels.get(LABEL_POLICY_NAME, ""),
+        orchestrator_id=container.labels.get(LABEL_ORCHESTRATOR, ""),
+        state=container.state,
+        age_s=round(max(now - container.created, 0.0), 1),
+        memory_mb=memory_mb,
+        container_id=container.id[:12],
+    )
 
 
 async def kill_session(backend: DockerBackend, session_id: str) -> int:

@@ -253,6 +253,22 @@ class Registry:
         ]
 
 
+def read_owners(path: Path) -> dict[str, tuple[str, str | None]]:
+    """Session id -> (tenant, task) from a registry file, read-only and without its lock (a
+    running orchestrator may hold it: WAL lets a reader in). Empty when there is no registry."""
+    if not path.is_file():
+        return {}
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT id, tenant, task FROM sessions").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise RegistryError(f"{path}: cannot read the registry: {exc}") from None
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
 # Code and output are kept as bytes: they may hold lone surrogates, which SQLite text cannot.
 def _blob(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -12,22 +13,40 @@ from rich.table import Table
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.cli._common import reported_errors, stdout
 from orchestrator.fleet import FleetEntry, kill_session, list_fleet
+from orchestrator.store import read_owners
+from orchestrator.tenants import data_dir
 
 
 def ps(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    registry: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SBX_REGISTRY",
+            help="A registry naming the sessions' owners (read-only; default: the one in the "
+            "data directory, if any).",
+        ),
+    ] = None,
 ) -> None:
     """List every sbx session container on this engine: owner, policy, age, memory."""
     with reported_errors():
-        entries = anyio.run(_with_backend_list)
+        owners = read_owners(registry or data_dir() / "registry.db")
+        entries = anyio.run(_with_backend_list, owners)
     if as_json:
         stdout.print(json.dumps([e.to_dict() for e in entries], indent=2), markup=False)
         return
-    table = Table("SESSION", "TENANT", "POLICY", "STATE", "AGE", "MEMORY", "ORCHESTRATOR")
+    table = Table("SESSION", "TENANT", "TASK", "POLICY", "STATE", "AGE", "MEMORY", "ORCHESTRATOR")
     for e in entries:
         memory = "-" if e.memory_mb is None else f"{e.memory_mb:.1f} MiB"
         table.add_row(
-            e.session_id, e.tenant, e.policy, e.state, _age(e.age_s), memory, e.orchestrator_id
+            e.session_id,
+            e.tenant,
+            e.task or "-",
+            e.policy,
+            e.state,
+            _age(e.age_s),
+            memory,
+            e.orchestrator_id,
         )
     stdout.print(table)
 
@@ -41,10 +60,10 @@ def kill(
     stdout.print(f"removed {removed} container(s) of session {session_id}", markup=False)
 
 
-async def _with_backend_list() -> list[FleetEntry]:
+async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[FleetEntry]:
     backend = DockerBackend()
     try:
-        return await list_fleet(backend)
+        return await list_fleet(backend, owners=owners)
     finally:
         await backend.aclose()
 

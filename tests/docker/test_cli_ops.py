@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -47,6 +48,30 @@ async def test_ps_lists_a_live_session_with_owner_and_policy_and_kill_ends_it(
         assert killed.returncode == 0, killed.stderr
         again = await anyio.to_thread.run_sync(sbx, "ps", "--json")
         assert session.id not in {e["session_id"] for e in json.loads(again.stdout)}
+
+
+async def test_ps_names_the_owner_the_registry_knows_for_a_session_from_the_pool(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    """A pooled container is labelled with the pool's tenant when it is made; the registry
+    knows who it was handed to, and ``sbx ps --registry`` says so."""
+    registry = tmp_path / "registry.db"
+    settings = config(worker_image.tag, registry_path=registry, pool={"default": 1})
+    async with Orchestrator(settings) as orch:
+        with anyio.fail_after(60):
+            while orch.pool_status()["default"]["ready"] < 1:  # noqa: ASYNC110 (no pool event)
+                await anyio.sleep(0.1)
+        made = await orch.call(
+            "python_repl", {"operation": "execute", "code": "1"}, tenant="ops-test", task="t9"
+        )
+        session_id = made.structured["session_id"]
+        plain = await anyio.to_thread.run_sync(sbx, "ps", "--json")
+        known = await anyio.to_thread.run_sync(sbx, "ps", "--json", "--registry", str(registry))
+        assert known.returncode == 0, known.stderr
+        by_label = {e["session_id"]: e for e in json.loads(plain.stdout)}[session_id]
+        by_registry = {e["session_id"]: e for e in json.loads(known.stdout)}[session_id]
+        assert (by_label["tenant"], by_label["task"]) == ("pool", None)
+        assert (by_registry["tenant"], by_registry["task"]) == ("ops-test", "t9")
 
 
 def test_kill_of_an_unknown_session_is_session_not_found_with_exit_status_2() -> None:
