@@ -93,7 +93,8 @@ class Orchestrator(PythonReplOperations):
         self._audit: AuditLog | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._reaper = anyio.CancelScope()
+        # Made in start(): a cancel scope belongs to an event loop, and this may run outside one.
+        self._reaper: anyio.CancelScope | None = None
         self.last_reconcile = ReconcileReport()
 
     async def __aenter__(self) -> Self:
@@ -135,6 +136,7 @@ class Orchestrator(PythonReplOperations):
         self.last_reconcile = await self.reconcile(adopt=True)
         if self.last_reconcile.adopted or self.last_reconcile.reaped:
             log.info("reconciled: %s", self.last_reconcile.summary())
+        self._reaper = anyio.CancelScope()
         self._task_group.start_soon(self._reap_forever, self._reaper)
         for name, size in self.config.pool.items():
             await self.set_pool_size(name, size)
@@ -142,7 +144,8 @@ class Orchestrator(PythonReplOperations):
     async def aclose(self) -> None:
         keep = self.config.on_shutdown == "persist"
         # First the reaper: its reconcile would take sessions being let go for orphans.
-        self._reaper.cancel()
+        if self._reaper is not None:
+            self._reaper.cancel()
         for pool in self._pools.values():
             pool.resize(0)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
