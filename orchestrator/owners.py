@@ -25,6 +25,7 @@ from typing import Any
 from orchestrator.errors import InvalidArgumentError
 
 SHARE_ACTIONS = frozenset({"read", "wait", "write", "interrupt", "kill"})
+MAX_SEALED = 100_000
 _TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 _current_task: contextvars.ContextVar[str | None] = contextvars.ContextVar("sbx_task", default=None)
@@ -67,7 +68,9 @@ class Grants:
 
     _by_grantee: dict[tuple[str, str], dict[str, frozenset[str]]] = field(default_factory=dict)
     # (tenant, task) pairs closed by close_owner: no new work for them in this process's life.
-    _sealed: set[tuple[str, str]] = field(default_factory=set)
+    # A dict for its order: past MAX_SEALED the oldest seal is forgotten (task names are the
+    # client's to choose, so the set must not grow without bound).
+    _sealed: dict[tuple[str, str], None] = field(default_factory=dict)
 
     def grant(self, tenant: str, grantee: str, terminal_id: str, actions: frozenset[str]) -> None:
         self._by_grantee.setdefault((tenant, grantee), {})[terminal_id] = actions
@@ -83,7 +86,9 @@ class Grants:
                 del grants[terminal_id]
 
     def seal(self, tenant: str, task: str) -> None:
-        self._sealed.add((tenant, task))
+        self._sealed[(tenant, task)] = None
+        while len(self._sealed) > MAX_SEALED:
+            del self._sealed[next(iter(self._sealed))]
         self._by_grantee.pop((tenant, task), None)
 
     def sealed(self, tenant: str, task: str | None) -> bool:

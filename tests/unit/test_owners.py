@@ -8,6 +8,7 @@ import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 
+from orchestrator import owners
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.owners import Grants, check_task, current_task, may_see, task_scope
 
@@ -202,3 +203,12 @@ def test_the_tenant_itself_is_never_sealed() -> None:
     grants = Grants()
     grants.seal("team-a", "agent-2")
     assert not grants.sealed("team-a", None)
+
+
+def test_seals_are_bounded_oldest_forgotten_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(owners, "MAX_SEALED", 3)
+    grants = Grants()
+    for task in ("t1", "t2", "t3", "t4"):
+        grants.seal("acme", task)
+    assert not grants.sealed("acme", "t1")
+    assert all(grants.sealed("acme", t) for t in ("t2", "t3", "t4"))
