@@ -593,4 +593,4 @@ class Orchestrator(PythonReplOperations):
         if not session.policy.timeouts.idle_counts_processes or session.paused:
             return False
         listed = await session.processes.list()
-        return any(p.state == "running" or p.ports for p in listed.processes)
+        return bool(listed.listening) or any(p.state == "running" for p in listed.processes)

@@ -91,6 +91,8 @@ class ProcessInfo(_Result):
 
 class ProcessListResult(_Result):
     processes: tuple[ProcessInfo, ...] = Field(max_length=1024, strict=False)
+    # TCP ports anything in the container listens on (the REPL's own servers included).
+    listening: tuple[Port, ...] = Field(default=(), max_length=256, strict=False)
 
 
 class ProcessOutputResult(ProcessInfo):

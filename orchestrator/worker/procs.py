@@ -57,6 +57,8 @@ KILL_WAIT = 5.0
 EXIT_RECORD_WAIT = 2.0
 # No event says "this process group is now empty": group checks are polled at these intervals.
 POLL_INTERVAL = 0.02
+# Listening ports reported by ``list``; more is a container busy enough to count as not idle.
+MAX_LISTENING = 256
 SUPERVISOR_POLL_INTERVAL = 0.5
 # Finished processes kept (with their logs) for list/read_output; older ones are forgotten.
 MAX_FINISHED = 32
@@ -506,7 +508,21 @@ def op_start(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_list(request: dict[str, Any]) -> dict[str, Any]:
-    return {"processes": [_summary(record, _state(record)) for record in _records()]}
+    return {
+        "processes": [_summary(record, _state(record)) for record in _records()],
+        "listening": _listening(),
+    }
+
+
+def _listening() -> list[int]:
+    """Every TCP port something in the container listens on, background process or not (a
+    server the REPL started counts too): the idle check's "is anyone serving here"."""
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return []
+    ports = {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN and c.laddr}
+    return sorted(ports)[:MAX_LISTENING]
 
 
 def op_read_output(request: dict[str, Any]) -> dict[str, Any]:

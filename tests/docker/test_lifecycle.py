@@ -127,3 +127,23 @@ async def test_maximum_lifetime_ends_a_session_whatever_runs_in_it(
     session = await orch.create_session(policy="short")
     await session.processes.start("sleep 30")
     assert "maximum lifetime (2 s) reached" in await wait_until_ended(orch, session.id)
+
+
+async def test_a_port_the_repl_itself_listens_on_keeps_the_session_from_idling(
+    orch: Orchestrator, tmp_path: Path
+) -> None:
+    (tmp_path / "serving.toml").write_text(
+        'name = "serving"\nextends = "unrestricted-python"\n[timeouts]\nidle_s = 1\n'
+    )
+    session = await orch.create_session(policy="serving")
+    opened = await session.repl.execute(
+        "import socket\nserver = socket.socket()\nserver.bind(('127.0.0.1', 0))\nserver.listen()",
+        timeout=10,
+    )
+    assert opened.success, opened
+    await anyio.sleep(3)  # three idle timeouts: still there, a server is listening
+    assert session.id in {s["session_id"] for s in orch.list_sessions()}
+
+    closed = await session.repl.execute("server.close()", timeout=10)
+    assert closed.success, closed
+    assert "idle for 1 s" in await wait_until_ended(orch, session.id)
