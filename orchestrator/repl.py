@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.backend.base import ContainerState
 from orchestrator.backend.docker import DockerBackend, NotFoundError
 from orchestrator.errors import BackendError, BackendUnavailableError, ProcessCrashedError
 from orchestrator.policy import Policy
@@ -38,8 +39,19 @@ FRAME_SLACK_BYTES = 64 * 1024
 # Re-adopting: reach the worker; if a cell holds it past the first wait, interrupt the cell
 # (its answer has no reader) and reach it again.
 ADOPT_READY_TIMEOUTS = (2.0, 10.0)
+# A cell running longer than this has its container looked at every WATCH_INTERVAL.
+WATCH_AFTER = 1.0
+WATCH_INTERVAL = 1.0
 # Introspection replies are small and fast; a worker that needs longer is stuck.
 QUICK_OP_TIMEOUT = 10.0
+
+
+class ContainerStopped(Exception):
+    """The session's container is no longer running; the worker went with it."""
+
+    def __init__(self, state: ContainerState) -> None:
+        super().__init__(state.status)
+        self.state = state
 
 
 class ExecuteOutcome(BaseModel):
@@ -103,6 +115,8 @@ class Repl:
         self._on_new_worker = on_new_worker
         # True once a worker with user state was lost; reported by the next execute.
         self._state_lost = False
+        # True once a cell saw the container stop: the session is over, whatever else holds it.
+        self.container_stopped = False
 
     @property
     def worker_pid(self) -> int | None:
@@ -173,10 +187,13 @@ class Repl:
         started = time.time()
         try:
             request_id = await worker.send("execute", code=code)
-            with anyio.move_on_after(timeout):
-                reply = await worker.receive_reply(request_id)
+            reply = await self._reply_within(worker, request_id, timeout)
+            if reply is not None:
                 return _outcome(reply, state_reset=state_reset)
             return await self._interrupt(worker, request_id, state_reset=state_reset)
+        except ContainerStopped as exc:
+            await self._discard(worker)
+            return _crash_outcome(await self._stop_cause(exc.state, started))
         except WorkerExited:
             return await self._crashed(worker, started)
         except ProtocolViolation as exc:
@@ -185,6 +202,42 @@ class Repl:
         except BackendUnavailableError:
             await self._lose_stream(worker)
             raise
+
+    async def _reply_within(
+        self, worker: WorkerProcess, request_id: str, timeout: float
+    ) -> Reply | None:
+        """The reply, or None at the timeout. A cell still running after ``WATCH_AFTER`` has its
+        container watched each ``WATCH_INTERVAL``: a container that stopped (OOM, a fork bomb
+        under gVisor, a kill from outside) does not always end the exec's stream, and the
+        caller should hear about it now, not at its timeout. Reading is cancel-safe, so the
+        wait is resumed between looks."""
+        deadline = anyio.current_time() + timeout
+        wait = min(timeout, WATCH_AFTER)
+        while True:
+            with anyio.move_on_after(wait):
+                return await worker.receive_reply(request_id)
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                return None
+            state = await self._backend.container_state(self._container_id)
+            if not state.running:
+                self.container_stopped = True
+                raise ContainerStopped(state)
+            wait = min(remaining, WATCH_INTERVAL)
+
+    async def _stop_cause(
+        self, state: ContainerState, started: float, *, oom: bool | None = None
+    ) -> str:
+        if oom is None:
+            oom = bool(
+                await self._backend.oom_kills(
+                    self._container_id, since=started - 1, until=time.time() + 0.2
+                )
+            )
+        if oom or state.oom_killed:
+            limit = self._policy.resources.memory_mb
+            return f"OOM: its container was killed for exceeding {limit} MiB of memory"
+        return f"its container stopped (status {state.status}, exit code {state.exit_code})"
 
     async def _lose_stream(self, worker: WorkerProcess) -> None:
         """The engine went away under the stream; the worker may well live on (and finish its
@@ -218,12 +271,18 @@ class Repl:
     async def _crash_cause(self, worker: WorkerProcess, started: float) -> str:
         try:
             code = await worker.exit_code()
+            # The engine records the OOM event a moment after the process dies; by then a
+            # container that went down with its worker (gVisor) has stopped too.
+            oom = await self._backend.oom_kills(
+                self._container_id, since=started - 1, until=time.time() + 0.2
+            )
+            state = await self._backend.container_state(self._container_id)
         except NotFoundError:
+            self.container_stopped = True
             return "its container is gone"
-        # The engine records the OOM event a moment after the process dies.
-        oom = await self._backend.oom_kills(
-            self._container_id, since=started - 1, until=time.time() + 0.2
-        )
+        if not state.running:
+            self.container_stopped = True
+            return await self._stop_cause(state, started, oom=bool(oom))
         if oom:
             return f"OOM: killed for exceeding {self._policy.resources.memory_mb} MiB of memory"
         if code is not None and code > 128:

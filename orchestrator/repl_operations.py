@@ -47,6 +47,8 @@ class PythonReplOperations:
 
         def _turn(self, session: Session) -> AbstractAsyncContextManager[None]: ...
 
+        async def end_session(self, session: Session, reason: str) -> None: ...
+
     async def execute(
         self,
         code: Any,
@@ -63,6 +65,8 @@ class PythonReplOperations:
         timeout = check_timeout(timeout_s, session.policy)
         async with self._turn(session):
             outcome = await session.repl.execute(code, timeout=timeout)
+        if session.repl.container_stopped:
+            await self.end_session(session, f"its container stopped: {outcome.error_message}")
         output = outcome.stdout + outcome.stderr
         if not outcome.success:
             output += f"{outcome.error_type}: {outcome.error_message}"

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.adoption import sweep
 from orchestrator.backend.base import ContainerSpec, ContainerState, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, SessionNotFoundError
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 from orchestrator.policy import Policy, load_policy
@@ -407,3 +407,20 @@ async def test_a_worker_is_re_adopted_under_gvisor_too(
         assert outcome.result_repr == "42" and not outcome.state_reset, outcome
     finally:
         await second.aclose()
+
+
+async def test_a_container_that_dies_under_a_cell_ends_the_call_and_the_session_promptly(
+    orch: Orchestrator,
+) -> None:
+    """Under gVisor a fork bomb ends the whole container, and the exec's stream does not end
+    with it: the cell's container is watched, so the call answers within seconds, not at its
+    timeout, and the session ends with the reason."""
+    session = await orch.create_session(policy="gvisor-unrestricted")
+    started = time.monotonic()
+    with anyio.fail_after(60):
+        outcome = await orch.execute(FORK_BOMB, session_id=session.id, timeout_s=120)
+    assert time.monotonic() - started < 15  # unwatched, this took some 30 s here
+    assert outcome.error_type == "process_crashed" and outcome.state_reset, outcome
+    assert "container" in (outcome.error_message or ""), outcome
+    with pytest.raises(SessionNotFoundError, match="its container stopped"):
+        orch.find_session(session.id)
