@@ -225,6 +225,13 @@ class Repl:
                 raise ContainerStopped(state)
             wait = min(remaining, WATCH_INTERVAL)
 
+    async def _container_state(self) -> ContainerState | None:
+        """The container's state; None once the engine no longer has it."""
+        try:
+            return await self._backend.container_state(self._container_id)
+        except NotFoundError:
+            return None
+
     async def _stop_cause(
         self, state: ContainerState, started: float, *, oom: bool | None = None
     ) -> str:
@@ -269,15 +276,19 @@ class Repl:
         return _crash_outcome(cause)
 
     async def _crash_cause(self, worker: WorkerProcess, started: float) -> str:
-        try:
-            code = await worker.exit_code()
-            # The engine records the OOM event a moment after the process dies; by then a
-            # container that went down with its worker (gVisor) has stopped too.
-            oom = await self._backend.oom_kills(
-                self._container_id, since=started - 1, until=time.time() + 0.2
-            )
-            state = await self._backend.container_state(self._container_id)
-        except NotFoundError:
+        # The engine records the OOM event a moment after the process dies; by then a container
+        # that went down with its worker (gVisor, an outside kill) has stopped too.
+        oom = await self._backend.oom_kills(
+            self._container_id, since=started - 1, until=time.time() + 0.2
+        )
+        state = await self._container_state()
+        code = None
+        if state is not None and state.running:
+            with contextlib.suppress(NotFoundError):
+                code = await worker.exit_code()
+            if code is None:  # the exec may have gone with a container stopping as we looked
+                state = await self._container_state()
+        if state is None:
             self.container_stopped = True
             return "its container is gone"
         if not state.running:

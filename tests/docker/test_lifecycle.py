@@ -5,6 +5,7 @@ whose container stopped."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -147,3 +148,37 @@ async def test_a_port_the_repl_itself_listens_on_keeps_the_session_from_idling(
     closed = await session.repl.execute("server.close()", timeout=10)
     assert closed.success, closed
     assert "idle for 1 s" in await wait_until_ended(orch, session.id)
+
+
+async def assert_a_stopped_container_ends_the_call(orch: Orchestrator, policy: str) -> None:
+    """A cell runs; its container is killed from outside: the call answers process_crashed
+    within seconds (not at its two-minute timeout), saying why, and the session has ended."""
+    session = await orch.create_session(policy=policy)
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+
+        async def kill_soon() -> None:
+            await anyio.sleep(1.5)
+            engine = docker.from_env(timeout=30)
+            try:
+                await anyio.to_thread.run_sync(engine.api.kill, session.container_id)
+            finally:
+                engine.close()
+
+        tg.start_soon(kill_soon)
+        with anyio.fail_after(60):
+            outcome = await orch.execute(
+                "import time\ntime.sleep(100)", session_id=session.id, timeout_s=120
+            )
+    assert time.monotonic() - started < 20
+    assert outcome.error_type == "process_crashed" and outcome.state_reset, outcome
+    # Stopped, or already gone: the periodic reconcile may have removed it first.
+    assert "its container" in (outcome.error_message or ""), outcome
+    with pytest.raises(SessionNotFoundError, match="its container stopped"):
+        orch.find_session(session.id)
+
+
+async def test_a_container_killed_under_a_cell_ends_the_call_and_the_session(
+    orch: Orchestrator,
+) -> None:
+    await assert_a_stopped_container_ends_the_call(orch, "default")

@@ -21,12 +21,13 @@ import pytest
 from orchestrator.adoption import sweep
 from orchestrator.backend.base import ContainerSpec, ContainerState, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient
-from orchestrator.errors import OrchestratorError, SessionNotFoundError
+from orchestrator.errors import OrchestratorError
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 from orchestrator.policy import Policy, load_policy
 from orchestrator.repl import Repl
 from tests.conftest import IN_CI, RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL, ContainerFactory
+from tests.docker.test_lifecycle import assert_a_stopped_container_ends_the_call
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -301,20 +302,20 @@ async def test_a_memory_bomb_is_held_by_the_memory_limit_under_gvisor(
     assert state.oom_killed or oom_kills >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gVisor (runsc 20221219, ptrace): the sandbox's kernel shares the container's pids "
-    "cgroup with the code it runs, so a fork bomb reaching the limit ends the whole container",
-)
-async def test_after_a_fork_bomb_the_container_lives_on_as_under_runc(
+async def test_a_fork_bomb_is_held_by_the_pids_limit_under_gvisor(
     gvisor: Policy, docker_backend: DockerBackend, make_container: ContainerFactory
 ) -> None:
-    # A memory bomb has no such test: whether the OOM killer picks the bomb or gVisor's own
-    # kernel varies from run to run (both were seen here), so only "the host is protected and
-    # the OOM is reported" is asserted for it, above.
+    """gVisor's kernel (runsc 20221219, ptrace) shares the container's pids cgroup with the code
+    it runs: a fork bomb reaching the limit sometimes ends the whole container and sometimes
+    only fails its own forks (both were seen here, run to run). What always holds: the host is
+    protected, and the container is either over, with its end recorded, or still works."""
     container_id = await make_container(_tight(gvisor, memory_mb=128))
     state = await run_until_it_or_the_container_ends(docker_backend, container_id, FORK_BOMB)
-    assert state.running
+    if not state.running:
+        assert state.exit_code is not None, state
+        return
+    alive = await run_python(docker_backend, container_id, "print('alive')")
+    assert alive.stdout.strip() == b"alive", alive
 
 
 # -- python_repl ----------------------------------------------------------------------------
@@ -412,15 +413,6 @@ async def test_a_worker_is_re_adopted_under_gvisor_too(
 async def test_a_container_that_dies_under_a_cell_ends_the_call_and_the_session_promptly(
     orch: Orchestrator,
 ) -> None:
-    """Under gVisor a fork bomb ends the whole container, and the exec's stream does not end
-    with it: the cell's container is watched, so the call answers within seconds, not at its
-    timeout, and the session ends with the reason."""
-    session = await orch.create_session(policy="gvisor-unrestricted")
-    started = time.monotonic()
-    with anyio.fail_after(60):
-        outcome = await orch.execute(FORK_BOMB, session_id=session.id, timeout_s=120)
-    assert time.monotonic() - started < 15  # unwatched, this took some 30 s here
-    assert outcome.error_type == "process_crashed" and outcome.state_reset, outcome
-    assert "container" in (outcome.error_message or ""), outcome
-    with pytest.raises(SessionNotFoundError, match="its container stopped"):
-        orch.find_session(session.id)
+    """Under gVisor a container that stops does not always end the exec's stream: the cell's
+    container is watched, so the call answers within seconds, not at its timeout."""
+    await assert_a_stopped_container_ends_the_call(orch, "gvisor")
