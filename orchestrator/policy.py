@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from orchestrator._resources import shipped_policies_dir
+from orchestrator._validation import first_problem
 from orchestrator.errors import PolicyFileError
 
 PolicyName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
@@ -231,10 +232,4 @@ def _validate(raw: dict[str, Any], *, file: str) -> Policy:
     try:
         return Policy.model_validate(raw)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "-"
-        reason = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            reason = "unknown key"
-        more = len(exc.errors()) - 1
-        raise PolicyFileError(file, key, reason + (f" (and {more} more)" if more else "")) from None
+        raise PolicyFileError(file, *first_problem(exc)) from None

@@ -35,6 +35,7 @@ from typing import Annotated
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from orchestrator._validation import first_problem
 from orchestrator.errors import InvalidArgumentError
 
 TenantName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
@@ -152,14 +153,7 @@ def load_tenants_file(path: Path) -> TenantsFile:
     try:
         return TenantsFile.model_validate(raw)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "-"
-        reason = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            reason = "unknown key"
-        more = len(exc.errors()) - 1
-        more_text = f" (and {more} more)" if more else ""
-        raise TenantsFileError(str(path), key, reason + more_text) from None
+        raise TenantsFileError(str(path), *first_problem(exc)) from None
 
 
 def data_dir(environ: Mapping[str, str] | None = None) -> Path:
