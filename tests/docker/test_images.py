@@ -201,16 +201,16 @@ def test_sbx_policy_check_of_a_broken_file_exits_2_naming_the_key(tmp_path: Path
 
 
 @pytest.mark.anyio
-async def test_without_root_the_debootstrap_base_is_refused_with_an_image_error(
+async def test_without_root_the_debootstrap_base_is_refused_naming_the_command_that_fixes_it(
     docker_client: DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.delenv("SBX_BASE_IMAGE", raising=False)
     monkeypatch.delenv("BASE_IMAGE", raising=False)
-    with anyio.fail_after(WARM_TIMEOUT), pytest.raises(ImageError) as caught:
+    with anyio.fail_after(WARM_TIMEOUT), pytest.raises(ImageToolMissingError) as caught:
         await ensure_worker_image(docker_client, suite="sbx-test-nosuch")
-    assert type(caught.value) is ImageError
-    assert caught.value.code == "internal"
+    assert caught.value.code == "invalid_argument"
+    assert "sudo sbx image build" in (caught.value.hint or "")
 
 
 @pytest.mark.anyio

@@ -21,17 +21,14 @@ import contextlib
 import json
 import logging
 import struct
-from urllib.parse import urlparse
 
 import anyio
 import anyio.abc
 
 from orchestrator.backend.docker._client import ENGINE_HINT
+from orchestrator.backend.docker._endpoint import EngineEndpoint
 from orchestrator.errors import BackendError, BackendUnavailableError
 
-# Engine API version used for the upgrade request; 1.41 is what Docker 20.10 speaks and newer
-# engines still accept.
-API_VERSION = "1.41"
 # The engine splits output into frames of at most 32 KiB; anything far larger is not the engine.
 MAX_FRAME = 1024 * 1024
 MAX_RESPONSE_HEADER = 16 * 1024
@@ -47,24 +44,11 @@ _HEADER = struct.Struct(">BxxxL")
 log = logging.getLogger(__name__)
 
 
-async def _connect(docker_host: str) -> anyio.abc.SocketStream:
-    url = urlparse(docker_host)
-    try:
-        with anyio.fail_after(CONNECT_TIMEOUT):
-            if url.scheme == "unix":
-                return await anyio.connect_unix(url.path)
-            if url.scheme in ("tcp", "http"):
-                return await anyio.connect_tcp(url.hostname or "localhost", url.port or 2375)
-    except (OSError, TimeoutError) as exc:
-        raise BackendUnavailableError(f"cannot attach to the engine at {docker_host}") from exc
-    raise BackendUnavailableError(f"attaching over {url.scheme!r} is not supported (unix, tcp)")
-
-
-async def engine_answers(docker_host: str) -> bool:
+async def engine_answers(endpoint: EngineEndpoint) -> bool:
     """Whether the engine answers a ping right now (an own connection, closed after)."""
     try:
         with anyio.fail_after(PING_TIMEOUT):
-            sock = await _connect(docker_host)
+            sock = await endpoint.connect()
             async with sock:
                 await sock.send(_PING)
                 head = await sock.receive()
@@ -75,7 +59,7 @@ async def engine_answers(docker_host: str) -> bool:
         anyio.EndOfStream,
         anyio.BrokenResourceError,
     ) as exc:
-        log.debug("the engine at %s does not answer a ping: %r", docker_host, exc)
+        log.debug("the engine at %s does not answer a ping: %r", endpoint.url, exc)
         return False
     return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
 
@@ -84,35 +68,35 @@ class AttachedExec:
     """stdin in, ``(stream, bytes)`` out; with a TTY every chunk is reported as stdout."""
 
     def __init__(
-        self, exec_id: str, sock: anyio.abc.SocketStream, *, tty: bool, docker_host: str
+        self, exec_id: str, sock: anyio.abc.ByteStream, *, tty: bool, endpoint: EngineEndpoint
     ) -> None:
         self.exec_id = exec_id
         self._sock = sock
-        self._docker_host = docker_host
+        self._endpoint = endpoint
         self._tty = tty
         self._buffer = bytearray()
         self._closed = False
 
     @classmethod
-    async def start(cls, docker_host: str, exec_id: str, *, tty: bool) -> AttachedExec:
-        sock = await _connect(docker_host)
+    async def start(cls, endpoint: EngineEndpoint, exec_id: str, *, tty: bool) -> AttachedExec:
+        sock = await endpoint.connect()
         try:
             body = json.dumps({"Detach": False, "Tty": tty}).encode()
             request = (
-                f"POST /v{API_VERSION}/exec/{exec_id}/start HTTP/1.1\r\n"
+                f"POST /v{endpoint.api_version}/exec/{exec_id}/start HTTP/1.1\r\n"
                 "Host: docker\r\nContent-Type: application/json\r\n"
                 "Connection: Upgrade\r\nUpgrade: tcp\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n"
             ).encode() + body
             with anyio.fail_after(CONNECT_TIMEOUT):
                 await sock.send(request)
-                stream = cls(exec_id, sock, tty=tty, docker_host=docker_host)
+                stream = cls(exec_id, sock, tty=tty, endpoint=endpoint)
                 await stream._read_response_head()
             return stream
         except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
             await sock.aclose()
             raise BackendUnavailableError(
-                f"the engine at {docker_host} did not start exec {exec_id[:12]}"
+                f"the engine at {endpoint.url} did not start exec {exec_id[:12]}"
             ) from exc
         except BaseException:
             await sock.aclose()
@@ -140,6 +124,14 @@ class AttachedExec:
     async def send_eof(self) -> None:
         try:
             await self._sock.send_eof()
+        except NotImplementedError:
+            # anyio cannot half-close a TLS stream; the engine would need TLS close_notify
+            # while the read side stays open.
+            raise BackendUnavailableError(
+                "closing an exec's stdin over a TLS connection to the engine is not supported "
+                "yet",
+                hint="reach the engine over unix:// (or tcp:// through a local TLS tunnel)",
+            ) from None
         except (OSError, anyio.BrokenResourceError) as exc:
             await self._fail_if_engine_gone(exc)
             raise
@@ -158,7 +150,7 @@ class AttachedExec:
 
     async def _fail_if_engine_gone(self, exc: BaseException) -> None:
         """The stream broke: raise if the engine went away, return if the exec itself ended."""
-        if self._closed or await engine_answers(self._docker_host):
+        if self._closed or await engine_answers(self._endpoint):
             return
         raise BackendUnavailableError(
             f"lost the Docker engine during exec {self.exec_id[:12]}: it does not answer",

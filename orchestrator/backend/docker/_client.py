@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlparse
 
 import anyio
 import docker
@@ -17,6 +19,11 @@ import docker.errors
 import requests.exceptions
 import urllib3.exceptions
 
+from orchestrator.backend.docker._endpoint import (
+    EngineEndpoint,
+    endpoint_of,
+    engine_kwargs,
+)
 from orchestrator.errors import BackendError, BackendUnavailableError, OrchestratorError
 
 P = ParamSpec("P")
@@ -85,19 +92,31 @@ class DockerClient:
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._api_timeout = api_timeout
         self._sdk: Any = None
+        self._endpoint: EngineEndpoint | None = None
         self._sdk_lock = threading.Lock()
-
-    @property
-    def docker_host(self) -> str:
-        return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
     def _client(self) -> Any:
         with self._sdk_lock:
             if self._sdk is None:
+                kwargs = engine_kwargs(os.environ)
+                scheme = urlparse(str(kwargs.get("base_url", ""))).scheme
+                # Without paramiko the SDK reaches ssh:// through the system's ssh client.
+                shell_out = scheme == "ssh" and importlib.util.find_spec("paramiko") is None
                 self._sdk = docker.DockerClient(
-                    base_url=self.docker_host, version="auto", timeout=self._api_timeout
+                    version="auto",
+                    timeout=self._api_timeout,
+                    use_ssh_client=shell_out,
+                    **kwargs,
                 )
+                self._endpoint = endpoint_of(kwargs, str(self._sdk.api.api_version))
             return self._sdk
+
+    async def endpoint(self) -> EngineEndpoint:
+        """Where the attach streams connect, with the API version the SDK negotiated."""
+        if self._endpoint is None:
+            await self.call(lambda sdk: None)
+        assert self._endpoint is not None
+        return self._endpoint
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(sdk_client, *args, **kwargs)`` in a thread with errors translated."""
@@ -119,5 +138,6 @@ class DockerClient:
     async def aclose(self) -> None:
         with self._sdk_lock:
             sdk, self._sdk = self._sdk, None
+            self._endpoint = None
         if sdk is not None:
             await anyio.to_thread.run_sync(functools.partial(sdk.close), limiter=self._limiter)

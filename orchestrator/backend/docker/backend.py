@@ -136,7 +136,8 @@ class DockerBackend:
                 workdir=spec.workdir,
             )
         )
-        return await AttachedExec.start(self.client.docker_host, created["Id"], tty=spec.tty)
+        endpoint = await self.client.endpoint()
+        return await AttachedExec.start(endpoint, created["Id"], tty=spec.tty)
 
     async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.call(lambda sdk: sdk.api.exec_inspect(exec_id))
