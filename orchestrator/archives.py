@@ -1,11 +1,17 @@
 """Host-side inspection of tar archives: an upload checked member by member before it travels on,
-and a download from the file helper proved to be a tar.
+and a download from the file helper checked by the same rules before it goes out.
 
 An uploaded archive is decompressed here with a size cap, then read member by member and refused
 whole if any member is absolute, climbs with ``..``, is a device, FIFO or hard link, is a symlink
 that leads out of /workspace, or lies below a symlink member; only checked members travel on, as
 the plain data the file helper writes. Everything here is judged lexically: symlinks already in
 the container are the helper's to resolve.
+
+A download is the helper's reply, and anything in the container can forge that (the helper runs
+as the sandbox user), so it is judged by the upload rules as if it were extracted where it came
+from, hard links to an earlier file member allowed (tar stores a second name of a file so); the
+client gets a tar written anew from the checked members only, so no header it might read
+differently from Python's tarfile (pax records, GNU long names) travels on.
 
 Pure and blocking (no I/O but on the bytes given): callers run these through
 ``anyio.to_thread.run_sync``.
@@ -17,6 +23,7 @@ import base64
 import bz2
 import io
 import lzma
+import math
 import posixpath
 import tarfile
 import zlib
@@ -28,6 +35,8 @@ from orchestrator.errors import BackendError, InvalidArgumentError
 # Headers and padding of a tar holding max_file_bytes of content.
 TAR_OVERHEAD_BYTES = 1024 * 1024
 MAX_ARCHIVE_MEMBERS = 10_000
+# A member's time in a rewritten download stays in what an ustar header holds (up to 2242).
+MAX_MTIME = 8**11 - 1
 
 _TAR_ERRORS = (tarfile.TarError, EOFError, OSError, ValueError, zlib.error, lzma.LZMAError)
 
@@ -66,13 +75,51 @@ def checked_members(archive: bytes, dest: str, limit: int) -> list[dict[str, Any
     return members
 
 
-def count_members(data: bytes) -> int:
-    """How many members the helper's archive holds; also proves that it is a tar."""
+def checked_download(archive: bytes, parent: str) -> tuple[bytes, int]:
+    """The file helper's archive of an entry of the directory ``parent``, written anew from its
+    members once each passed the upload rules for ``parent``, and how many there are; a
+    ``BackendError`` for the first that does not (only a forged reply holds one)."""
+    out = io.BytesIO()
+    members: list[dict[str, Any]] = []
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            return sum(1 for _ in tar)
+        with (
+            tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as source,
+            tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as copy,
+        ):
+            for info in source:
+                name = _member_name(info.name)
+                if name is None:
+                    raise InvalidArgumentError("an archive member names the directory it is in")
+                clean = _download_member(info, name, parent)
+                data = source.extractfile(info) if info.isfile() else None
+                copy.addfile(clean, data)
+                members.append({"name": name, "type": "symlink" if clean.issym() else "other"})
+        _refuse_paths_through_links(members)
+    except InvalidArgumentError as exc:
+        raise BackendError(
+            f"the file helper's archive was refused: {exc.message}",
+            hint="something in the session altered or forged the helper's reply",
+        ) from None
     except _TAR_ERRORS:
         raise BackendError("the file helper's archive is not a readable tar") from None
+    return out.getvalue(), len(members)
+
+
+def _download_member(info: tarfile.TarInfo, name: str, parent: str) -> tarfile.TarInfo:
+    """A fresh header for one member of a download: name, type, permission bits, size, time and
+    link target, nothing else of what the helper wrote."""
+    clean = tarfile.TarInfo(name)
+    clean.mode = info.mode & 0o777
+    mtime = info.mtime
+    clean.mtime = int(min(max(mtime, 0), MAX_MTIME)) if math.isfinite(mtime) else 0
+    if info.isfile():
+        clean.size = info.size
+    elif info.isdir():
+        clean.type = tarfile.DIRTYPE
+    else:
+        checked = _member(info, name, parent, b"")  # a symlink inside, or refused
+        clean.type, clean.linkname = tarfile.SYMTYPE, checked["target"]
+    return clean
 
 
 def _plain_tar(archive: bytes, limit: int) -> bytes:

@@ -4,9 +4,10 @@
 Confinement has two halves. Here: every path is confined lexically (``workspace_path``), sizes are
 bounded by ``limits.max_file_bytes``, and an uploaded archive is checked member by member
 (``archives``), refused whole if any member could land outside /workspace; only checked members
-travel on. In the container: symlinks, which only the container can resolve. Archives move
-through the helper, not the engine's archive API, because that API neither sees nor writes the
-tmpfs /workspace of a read-only container.
+travel on; a downloaded archive is checked by the same rules before it goes out, since the helper's
+reply is only as trustworthy as the container. In the container: symlinks, which only the
+container can resolve. Archives move through the helper, not the engine's archive API, because
+that API neither sees nor writes the tmpfs /workspace of a read-only container.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.archives import (
     TAR_OVERHEAD_BYTES,
+    checked_download,
     checked_members,
-    count_members,
     inside_workspace,
 )
 from orchestrator.backend.base import WORKSPACE, ExecSpec
@@ -206,13 +207,15 @@ class SessionFiles:
         return UploadResult(path=dest, entries=reply.entries, size=reply.size)
 
     async def download(self, path: Any) -> DownloadResult:
-        """A tar of the file or directory ``path``, members named from its basename."""
+        """A tar of the file or directory ``path``, members named from its basename; the
+        helper's archive is checked here and rewritten before it goes out (``archives``)."""
         target = workspace_path(path)
         limit = self._limit + TAR_OVERHEAD_BYTES
         reply = await self._call("archive", {"path": target, "max_bytes": limit}, ArchiveReply)
         data = helper_b64(reply.archive_b64, limit)
-        entries = await anyio.to_thread.run_sync(count_members, data)
-        return DownloadResult(path=target, size=len(data), entries=entries, tar_b64=_b64(data))
+        parent = posixpath.dirname(target)
+        tar, entries = await anyio.to_thread.run_sync(checked_download, data, parent)
+        return DownloadResult(path=target, size=len(tar), entries=entries, tar_b64=_b64(tar))
 
     async def _call(self, op: str, request: dict[str, Any], model: type[M]) -> M:
         payload = json.dumps(request).encode()

@@ -287,16 +287,29 @@ class BoundedBuffer(io.BytesIO):
         return super().write(data)
 
 
-def archive_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    if not (info.isfile() or info.isdir() or info.issym()):
-        return None  # devices, FIFOs and sockets have no content to hand out
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
+def archive_filter(parent: str) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
+    """What goes into an archive of an entry of ``parent``: files, directories, and symlinks that
+    stay in /workspace judged lexically from where they are, as the host judges the archive
+    (it refuses an archive with anything else); hard links' second names are left out too."""
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if not (info.isfile() or info.isdir() or info.issym()):
+            return None  # devices, FIFOs and sockets have no content to hand out
+        if info.issym():
+            here = posixpath.dirname(posixpath.join(parent, info.name))
+            target = posixpath.normpath(posixpath.join(here, info.linkname))
+            if not info.linkname or not inside(target):
+                return None
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    return keep
 
 
 def op_archive(request: dict[str, Any]) -> dict[str, Any]:
-    """A tar of ``path`` (file or directory, recursively), members named from its basename."""
+    """A tar of ``path`` (file or directory, recursively), members named from its basename;
+    symlinks that lead out of /workspace are left out (``archive_filter``)."""
     path = lexical(request.get("path"))
     real = resolve(path)
     max_bytes = bounded_int(request.get("max_bytes"))
@@ -306,7 +319,8 @@ def op_archive(request: dict[str, Any]) -> dict[str, Any]:
     buffer = BoundedBuffer(max_bytes, path)
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         # tarfile.add stores symlinks as links (dereference is off): nothing outside is read.
-        tar.add(real, arcname=posixpath.basename(path), recursive=True, filter=archive_filter)
+        keep = archive_filter(posixpath.dirname(path))
+        tar.add(real, arcname=posixpath.basename(path), recursive=True, filter=keep)
     data = buffer.getvalue()
     return {"path": path, "size": len(data), "archive_b64": b64(data)}
 

@@ -254,6 +254,18 @@ async def test_a_downloaded_directory_holds_its_members(files: SessionFiles, sh:
     assert downloaded.size == len(downloaded.tar_bytes())
 
 
+async def test_a_download_leaves_out_symlinks_that_lead_out_of_the_workspace(
+    files: SessionFiles, sh: Shell
+) -> None:
+    """The host refuses an archive holding one (a forged reply would), so the helper omits them."""
+    await files.write("proj/a.txt", content="alpha")
+    await sh("cd /workspace/proj && ln -s /etc etc && ln -s ../../tmp up && ln -s a.txt in")
+    downloaded = await files.download("proj")
+    with tarfile.open(fileobj=io.BytesIO(downloaded.tar_bytes())) as tar:
+        assert sorted(tar.getnames()) == ["proj", "proj/a.txt", "proj/in"]
+    assert downloaded.entries == 3
+
+
 async def test_a_download_uploads_back_to_the_same_tree(files: SessionFiles) -> None:
     await files.write("src/pkg/m.py", content="print(1)\n")
     downloaded = await files.download("src")

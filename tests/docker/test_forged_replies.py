@@ -1,0 +1,128 @@
+"""Replies forged inside the sandbox decide nothing on the host. Everything in a container runs as
+the sandbox user, so user code can stop a helper and write its own reply to the helper's stdout
+(through /proc/PID/fd/1); here it does exactly that, from an ``unrestricted-python`` session."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from orchestrator.images import ImageBuildResult
+from orchestrator.orchestrator import Orchestrator
+from tests.docker.test_python_repl import config
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+POLICY = "unrestricted-python"
+READY = "/tmp/forger-ready"  # inside the container
+FORGED = "/tmp/forged"
+
+# Waits for the next run of the file helper's `archive`, stops it, writes REPLY (a placeholder
+# replaced below) to its stdout and kills it, so the host reads the forged reply and then EOF.
+FORGER = """
+import os, signal, sys, time
+reply = REPLY
+open(READY, "w").close()
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"fileops.py\\0archive\\0" in cmd:
+            os.kill(int(pid), signal.SIGSTOP)
+            fd = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY)
+            os.write(fd, reply)
+            os.close(fd)
+            os.kill(int(pid), signal.SIGKILL)
+            open(FORGED, "w").close()
+            sys.exit(0)
+"""
+
+
+@pytest.fixture
+async def orch(worker_image: ImageBuildResult) -> AsyncIterator[Orchestrator]:
+    async with Orchestrator(config(worker_image.tag)) as orchestrator:
+        yield orchestrator
+
+
+async def ok(orch: Orchestrator, tool: str, **args: Any) -> dict[str, Any]:
+    result = await orch.call(tool, args)
+    assert result.structured["success"], result.structured
+    return result.structured
+
+
+def forged_tar(*members: tuple[str, bytes, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, kind, link in members:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            data = None
+            if kind == tarfile.REGTYPE:
+                info.size, data = 6, io.BytesIO(b"pwned\n")
+            tar.addfile(info, data)
+    return buffer.getvalue()
+
+
+def forger_code(archive: bytes) -> str:
+    """A cell that starts the forger in its own session and returns once it is watching."""
+    b64 = base64.b64encode(archive).decode()
+    reply = {"ok": True, "path": "/workspace/f", "size": len(archive), "archive_b64": b64}
+    script = (
+        FORGER.replace("REPLY", repr(json.dumps(reply).encode()))
+        .replace("READY", repr(READY))
+        .replace("FORGED", repr(FORGED))
+    )
+    return (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {script!r}], start_new_session=True)\n"
+        "deadline = time.monotonic() + 20\n"
+        f"while not os.path.exists({READY!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        f"os.path.exists({READY!r})"
+    )
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("../../../../tmp/x", tarfile.REGTYPE, ""), ("/tmp/y", tarfile.REGTYPE, "")],
+        [("f", tarfile.DIRTYPE, ""), ("f/out", tarfile.SYMTYPE, "/etc")],
+        [("f", tarfile.DIRTYPE, ""), ("f/up", tarfile.SYMTYPE, "../../../../tmp")],
+    ],
+    ids=["climbing-and-absolute-names", "absolute-link-out", "climbing-link-out"],
+)
+async def test_a_forged_download_is_refused_and_every_session_keeps_working(
+    members: list[tuple[str, bytes, str]], orch: Orchestrator
+) -> None:
+    sid = (await ok(orch, "python_repl", operation="execute", code="1", policy=POLICY))[
+        "session_id"
+    ]
+    other = (await ok(orch, "python_repl", operation="execute", code="2"))["session_id"]
+    await ok(orch, "files", operation="write", session_id=sid, path="f/a.txt", content="mine")
+    code = forger_code(forged_tar(*members))
+    started = await ok(orch, "python_repl", operation="execute", session_id=sid, code=code)
+    assert started["result_repr"] == "True"
+
+    refused = await orch.call("files", {"operation": "download", "session_id": sid, "path": "f"})
+
+    assert refused.structured["success"] is False
+    assert refused.structured["error_type"] == "internal"
+    assert "tar_b64" not in refused.structured
+    forged = f"import os; os.path.exists({FORGED!r})"
+    check = await ok(orch, "python_repl", operation="execute", session_id=sid, code=forged)
+    assert check["result_repr"] == "True"  # the reply the host refused was the forger's
+    again = await ok(orch, "files", operation="download", session_id=sid, path="f")
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(again["tar_b64"]))) as tar:
+        assert sorted(tar.getnames()) == ["f", "f/a.txt"]
+    assert (await ok(orch, "python_repl", operation="execute", session_id=other, code="3"))[
+        "result_repr"
+    ] == "3"
