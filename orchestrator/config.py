@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any, Literal
 
 from orchestrator.audit import AuditConfig
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.tenants import TenantConfig
+from orchestrator.tenants import TenantConfig, data_dir
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +35,11 @@ class OrchestratorConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     # The registry's SQLite file; None keeps it in memory (nothing survives the process).
     registry_path: Path | None = None
+    # Instead of one file: a directory where each orchestrator of a kind that runs side by side
+    # (mcp, run, shell) takes a registry of its own, and reaps (or, with ``adopt_dead``,
+    # re-adopts) the sessions of dead ones (``registry_claim``).
+    registry_dir: Path | None = None
+    adopt_dead: bool = False
     # On close: "destroy" every session, or "persist" them for the next start to re-adopt.
     on_shutdown: Literal["destroy", "persist"] = "destroy"
     # Tenants by name, with their allowed policies and quotas (``tenants.TenantConfig``).
@@ -60,6 +66,15 @@ class OrchestratorConfig:
         if registry := os.environ.get("SBX_REGISTRY"):
             env["registry_path"] = Path(registry)
         return cls(**(env | settings))
+
+    def side_by_side(self, kind: str, *, adopt: bool) -> OrchestratorConfig:
+        """For a command of which several may run at once (``mcp``, ``run``, ``shell``): a
+        registry of its own in ``<data dir>/orchestrators/<kind>``, unless one file is set, so
+        that a later start reaps, or with ``adopt`` re-adopts, what a killed one left."""
+        if self.registry_path is not None:
+            return self
+        directory = data_dir() / "orchestrators" / kind
+        return dataclasses.replace(self, registry_dir=directory, adopt_dead=adopt)
 
 
 def _labels(text: str) -> dict[str, str]:

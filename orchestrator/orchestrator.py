@@ -49,6 +49,7 @@ from orchestrator.pool import WarmPool
 from orchestrator.quotas import Admission, check_policy_allowed, per_session_cap
 from orchestrator.reconcile import ReconcileReport
 from orchestrator.reconciler import Reconciler
+from orchestrator.registry_claim import Abandoned, claim, reap_abandoned, remove_files
 from orchestrator.repl_operations import ExecuteResult as ExecuteResult  # re-exported
 from orchestrator.repl_operations import PythonReplOperations
 from orchestrator.session_table import SessionTable
@@ -121,8 +122,7 @@ class Orchestrator(PythonReplOperations):
         Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
         await self.backend.client.ping()
         self.policy(self.config.default_policy)
-        self._registry.open()
-        self._exit_stack.callback(self._registry.close)
+        abandoned = self._open_registry()
         self.orchestrator_id = self._registry.orchestrator_id(
             self.config.orchestrator_id, f"sbx-{secrets.token_hex(6)}"
         )
@@ -134,12 +134,39 @@ class Orchestrator(PythonReplOperations):
             self._image = (await ensure_worker_image(self.backend.client)).tag
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
         self.last_reconcile = await self.reconcile(adopt=True)
+        for dead in abandoned:
+            self.last_reconcile.reaped.extend(await reap_abandoned(self.backend, dead))
         if self.last_reconcile.adopted or self.last_reconcile.reaped:
             log.info("reconciled: %s", self.last_reconcile.summary())
         self._reaper = anyio.CancelScope()
         self._task_group.start_soon(self._reap_forever, self._reaper)
         for name, size in self.config.pool.items():
             await self.set_pool_size(name, size)
+
+    def _open_registry(self) -> list[Abandoned]:
+        """Open the registry (the one file, or a claimed one of ``registry_dir``) and close it
+        last; returns the dead orchestrators' registries to reap."""
+        directory = self.config.registry_dir
+        if directory is None:
+            self._registry.open()
+            self._exit_stack.callback(self._registry.close)
+            return []
+        self._registry, abandoned = claim(
+            directory, wanted_id=self.config.orchestrator_id, adopt=self.config.adopt_dead
+        )
+        self._table.store = self._registry
+        self._exit_stack.callback(self._release_claimed_registry)
+        for dead in abandoned:  # reaped and closed by start(); closed here if start() fails first
+            self._exit_stack.callback(dead.registry.close)
+        return abandoned
+
+    def _release_claimed_registry(self) -> None:
+        """A claimed registry that keeps no session is deleted with its lock, so the directory
+        holds only live orchestrators and those that left sessions to re-adopt or reap."""
+        path, keeps = self._registry.path, bool(self._registry.sessions())
+        self._registry.close()
+        if path is not None and not keeps:
+            remove_files(path)
 
     async def aclose(self) -> None:
         keep = self.config.on_shutdown == "persist"

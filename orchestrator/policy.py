@@ -76,6 +76,9 @@ class TimeoutsConfig(_Section):
     # Whether a running background process or a listening port keeps a session from being idle.
     idle_counts_processes: bool = True
     max_lifetime_s: float = Field(4 * 3600.0, ge=1, le=30 * 86400)
+    # A container with no orchestrator attached for this long ends itself (the backstop for an
+    # orchestrator that is killed and never started again); a restart re-adopts within it.
+    orphan_grace_s: float = Field(300.0, ge=2, le=7 * 86400)
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:

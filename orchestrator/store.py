@@ -153,6 +153,11 @@ class Registry:
             )
         return chosen
 
+    def stored_orchestrator_id(self) -> str | None:
+        """The orchestrator id this registry holds, if one was ever chosen."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'orchestrator_id'").fetchone()
+        return str(row[0]) if row else None
+
     # -- sessions ---------------------------------------------------------------------------
 
     def add_session(self, record: SessionRecord) -> None:

@@ -46,6 +46,7 @@ def mcp(
     logging.getLogger("orchestrator").setLevel(logging.INFO)
     with reported_errors():
         config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
+        config = config.side_by_side("mcp", adopt=True)
         load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
         stopped_by = anyio.run(_serve_until_stopped, config)
     if stopped_by is not None:

@@ -49,7 +49,9 @@ def _given(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def _orchestrator() -> Orchestrator:
     return Orchestrator(
-        OrchestratorConfig.from_env(orchestrator_id=f"sbx-run-{secrets.token_hex(4)}")
+        OrchestratorConfig.from_env(orchestrator_id=f"sbx-run-{secrets.token_hex(4)}").side_by_side(
+            "run", adopt=False
+        )
     )
 
 

@@ -107,6 +107,7 @@ def shell(
 
 async def _local(console: Console, start: dict[str, Any]) -> int:
     config = OrchestratorConfig.from_env(orchestrator_id=f"sbx-shell-{secrets.token_hex(4)}")
+    config = config.side_by_side("shell", adopt=False)
     config = await with_image(config)
     async with Orchestrator(config) as orchestrator:
 

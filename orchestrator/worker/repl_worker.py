@@ -32,6 +32,7 @@ from .config import CONFIG_ENV, ConfigError, WorkerConfig, parse_config
 from .executor import CellOutcome, Executor
 from .interrupts import InterruptGate
 from .introspect import inspect_value, list_variables
+from .lease import HostLease
 from .metrics import ResourceMeter
 from .relay import socket_path
 from .wire import BadRequest, LineReader, Request, dump, encode_reply, parse_request, write_line
@@ -59,13 +60,16 @@ class Worker:
     def serve(self, listener: socket.socket | None = None) -> int:
         """Serve the host's stream; then, with a ``listener``, one relay connection after
         another. Returns when a ``shutdown`` request is answered or the last stream ends."""
+        lease = HostLease()
         while True:
+            lease.hold()
             try:
                 if self._serve_stream():
                     return 0
             except OSError:
                 pass  # the peer went away while we wrote; a persistent worker waits for the next
             finally:
+                lease.release()
                 self._reader.close()
                 if self._out != self._reader.fd:
                     os.close(self._out)

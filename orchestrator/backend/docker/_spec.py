@@ -8,8 +8,24 @@ from typing import Any
 from orchestrator.backend.base import HOME, SANDBOX_UID, WORKSPACE, ContainerSpec
 
 MIB = 1024 * 1024
-# The container's main process only has to stay alive; docker-init (--init) reaps zombies.
-IDLE_COMMAND = ("sleep", "infinity")
+# The container's main process (under docker-init, which reaps zombies) is the orphan watchdog:
+# every STEP seconds it probes the host lease (worker/lease.py) with an exclusive flock; once it
+# has been free for GRACE seconds in a row no orchestrator is attached, and the watchdog exits,
+# which stops the container. Only exit status 0 of flock means free: an error keeps the container.
+# Without flock(1) in the image it only idles, as the main process always did. dash and sleep
+# are a few hundred KiB of a session's memory.
+ORPHAN_WATCHDOG = """
+command -v flock >/dev/null 2>&1 || exec sleep infinity
+grace=$1 step=$2 free=0
+while :; do
+  sleep "$step"
+  if flock -n -x /tmp/.sbx-host-lease true 2>/dev/null; then free=$((free + step)); else free=0; fi
+  [ "$free" -ge "$grace" ] && exit 0
+done
+"""
+# A probe per STEP is cheap, but hundreds of sessions under gVisor pay for every fork: a tenth
+# of the grace, within these bounds.
+MAX_WATCHDOG_STEP_S = 30
 FIXED_ENV = {
     "HOME": HOME,
     "LANG": "C.UTF-8",
@@ -23,13 +39,19 @@ def _tmpfs(size_mb: int, *, mode: str, owned: bool) -> str:
     return f"rw,nosuid,nodev,size={size_mb}m,mode={mode}{owner}"
 
 
+def watchdog_command(grace_s: float) -> list[str]:
+    grace = max(1, int(grace_s))
+    step = max(1, min(MAX_WATCHDOG_STEP_S, grace // 10))
+    return ["sh", "-c", ORPHAN_WATCHDOG, "sbx-watchdog", str(grace), str(step)]
+
+
 def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     """Keyword arguments for ``docker.containers.create`` (the high-level SDK call)."""
     policy = spec.policy
     res = policy.resources
     kwargs: dict[str, Any] = {
         "image": spec.image,
-        "command": list(IDLE_COMMAND),
+        "command": watchdog_command(policy.timeouts.orphan_grace_s),
         "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
         "working_dir": WORKSPACE,
         "environment": dict(FIXED_ENV),
