@@ -128,8 +128,7 @@ class AttachedExec:
             # anyio cannot half-close a TLS stream; the engine would need TLS close_notify
             # while the read side stays open.
             raise BackendUnavailableError(
-                "closing an exec's stdin over a TLS connection to the engine is not supported "
-                "yet",
+                "closing an exec's stdin over a TLS connection to the engine is not supported yet",
                 hint="reach the engine over unix:// (or tcp:// through a local TLS tunnel)",
             ) from None
         except (OSError, anyio.BrokenResourceError) as exc:
