@@ -27,7 +27,7 @@ import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -149,6 +149,9 @@ class AuditLog:
         success: bool,
         error_type: str | None,
         duration_ms: float,
+        ran: bool | None = None,
+        exit_status: int | None = None,
+        worker_claims: Mapping[str, Any] | None = None,
     ) -> None:
         """Append one call record; raises ``AuditLogError`` if it cannot be written."""
         append = partial(
@@ -162,6 +165,7 @@ class AuditLog:
             error_type=error_type,
             duration_ms=round(duration_ms, 3),
             arguments=arguments,
+            **_given(ran=ran, exit_status=exit_status, worker_claims=worker_claims),
         )
         with anyio.CancelScope(shield=True):
             async with self._lock:
@@ -186,6 +190,11 @@ class AuditLog:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The optional fields of a call record that have a value; a record holds no nulls for them."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 @contextlib.asynccontextmanager

@@ -7,6 +7,13 @@ keys, no spaces, ASCII); ``prev`` is the ``hash`` of the record before it, acros
 ``GENESIS_HASH`` for the first; ``seq`` counts records from 0 without a gap. Arguments are kept
 as the sha256 of their canonical JSON, in clear only with ``AuditConfig.record_arguments``.
 
+A call record states what the host observed apart from what the sandbox said (``call_outcome``):
+``success`` and ``error_type`` are the host's own outcome (it refused the call, timed it out, saw
+the worker die, or the call completed), ``ran`` whether the call went ahead at all,
+``duration_ms`` the host's clock, ``exit_status`` an exit status the engine reported; what a
+worker or helper reported (a cell's success and error type, its timings, a shell's status) goes
+under ``worker_claims``, since anything in the container can forge it.
+
 Invariants:
 - Pure: no state, and no I/O but listing a directory (``segment_files``); the writer
   (``orchestrator.audit_writer``) and the verifier (``orchestrator.audit_verify``) share it, so
@@ -26,11 +33,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import ERROR_TYPES, OrchestratorError
+from orchestrator.protocol import WORKER_ERROR_TYPES
 
 GENESIS_HASH: Final = "0" * 64
 FORMAT_VERSION: Final = 1
 SEGMENT_NAME: Final = re.compile(r"audit-(\d{6,})\.jsonl")
+
+# Error types only the host gives (the protocol refuses a worker reply naming one): an answer
+# carrying one is the host's outcome, never a worker's claim. ``cancelled`` is the audit's own.
+HOST_ERROR_TYPES: Final = frozenset(ERROR_TYPES) - WORKER_ERROR_TYPES | {"cancelled"}
+# Refusals: the call did not go ahead (a helper's own refusal of a path is counted here too).
+REFUSED_ERROR_TYPES: Final = frozenset(
+    {"invalid_argument", "session_not_found", "policy", "quota_exceeded", "busy"}
+)
+# The fields of a completed answer that came from the sandbox, by tool and operation.
+CLAIMED_FIELDS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    ("python_repl", "execute"): (
+        "success",
+        "error_type",
+        "execution_time_ms",
+        "cpu_time_ms",
+        "peak_memory_mb",
+        "truncated",
+    ),
+    ("terminal", "run"): ("exit_code",),  # the shell's status line
+    ("process", "start"): ("pid",),
+    ("process", "read_output"): ("state", "exit_code"),
+    ("process", "kill"): ("state", "exit_code", "signal_used", "group_empty"),
+    ("files", "write"): ("size", "created"),
+}
+# Operations whose ``exit_code`` the host read from the engine (the exec's own exit status).
+ENGINE_EXIT_STATUS: Final = frozenset(
+    {("terminal", "read"), ("terminal", "wait"), ("terminal", "kill"), ("terminal", "interrupt")}
+)
 
 
 class AuditLogError(OrchestratorError):
@@ -60,6 +96,30 @@ class TornTail:
 def arguments_digest(arguments: Any) -> str:
     """The sha256 of ``arguments`` as canonical JSON: equal arguments, equal digests."""
     return hashlib.sha256(canonical_arguments(arguments).encode()).hexdigest()
+
+
+def call_outcome(tool: str, structured: Mapping[str, Any], *, answered: bool) -> dict[str, Any]:
+    """A call record's outcome fields from the answer the caller got (``answered`` False: it got
+    none, it was cancelled): ``success``, ``error_type``, ``ran``, and where there are any
+    ``exit_status`` and ``worker_claims``."""
+    error_type = structured.get("error_type")
+    key = (tool, str(structured.get("operation")))
+    claims: dict[str, Any] = {}
+    host_error = not structured.get("success") and error_type in HOST_ERROR_TYPES
+    if answered and not host_error:
+        claims = {
+            name: structured[name] for name in CLAIMED_FIELDS.get(key, ()) if name in structured
+        }
+    fields: dict[str, Any] = {
+        "success": bool(structured.get("success")) or (answered and not host_error),
+        "error_type": error_type if host_error or not answered else None,
+        "ran": error_type not in REFUSED_ERROR_TYPES,
+    }
+    if key in ENGINE_EXIT_STATUS and type(structured.get("exit_code")) is int:
+        fields["exit_status"] = structured["exit_code"]
+    if claims:
+        fields["worker_claims"] = claims
+    return fields
 
 
 def segment_name(number: int) -> str:

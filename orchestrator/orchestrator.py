@@ -26,6 +26,7 @@ from orchestrator.arguments import (
     check_session_id,
 )
 from orchestrator.audit import AuditLog
+from orchestrator.audit_records import call_outcome
 from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import OrchestratorConfig as OrchestratorConfig  # re-exported
@@ -257,8 +258,7 @@ class Orchestrator(PythonReplOperations):
                 operation=str(structured.get("operation"))[:64],
                 session_id=session_id if isinstance(session_id, str) else None,
                 arguments=args,
-                success=bool(structured.get("success")),
-                error_type=structured.get("error_type"),
+                **call_outcome(str(tool), structured, answered=True),
                 duration_ms=round(seconds * 1000, 3),
             )
         except OrchestratorError as exc:

@@ -6,16 +6,22 @@ else is a ``ProtocolViolation``, which ends that worker and nothing else.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.errors import ERROR_TYPES
 
 M = TypeVar("M", bound=BaseModel)
 
 PROTOCOL_VERSION = 1
 # Request ids are ours; a reply with any other id is a lie or a leftover.
 MAX_ID_CHARS = 64
+# The error types of ours a worker reports for a cell; it names a user exception class that
+# shares a name with any other under a qualified name (worker/executor.py), so a reply naming
+# one of the others (timeout, process_crashed, ...) is a forgery posing as the host.
+WORKER_ERROR_TYPES: Final = frozenset({"validation", "import_blocked"})
 
 
 class ProtocolViolation(Exception):
@@ -66,6 +72,13 @@ class ExecuteReply(_Frame):
     peak_memory_mb: float = Field(ge=0)
     truncated: bool = False
     interrupted: bool = False
+
+    @field_validator("error_type")
+    @classmethod
+    def _not_the_hosts(cls, value: str | None) -> str | None:
+        if value in ERROR_TYPES and value not in WORKER_ERROR_TYPES:
+            raise ValueError(f"{value!r} is an error type only the host gives")
+        return value
 
 
 class VariableInfo(_Frame):

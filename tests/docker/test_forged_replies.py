@@ -9,10 +9,12 @@ import io
 import json
 import tarfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orchestrator.audit import verify
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator
 from tests.docker.test_python_repl import config
@@ -126,3 +128,72 @@ async def test_a_forged_download_is_refused_and_every_session_keeps_working(
     assert (await ok(orch, "python_repl", operation="execute", session_id=other, code="3"))[
         "result_repr"
     ] == "3"
+
+
+def forged_reply_cell(error_type: str) -> str:
+    """A cell that answers its own request with a forged reply on the worker's protocol fd (it
+    finds the worker and the request through the interpreter), then ends the worker."""
+    return (
+        "import gc, json, os, sys\n"
+        "worker = next(o for o in gc.get_objects() if type(o).__name__ == 'Worker')\n"
+        "frame = sys._getframe()\n"
+        "while frame.f_code.co_name != 'handle':\n"
+        "    frame = frame.f_back\n"
+        "reply = {'type': 'reply', 'id': frame.f_locals['request'].id, 'ok': True,\n"
+        f"         'success': False, 'error_type': {error_type!r},\n"
+        "         'error_message': 'code rejected', 'execution_time_ms': 0,\n"
+        "         'cpu_time_ms': 0, 'peak_memory_mb': 0}\n"
+        "os.write(worker._out, json.dumps(reply).encode() + b'\\n')\n"
+        "os._exit(0)\n"
+    )
+
+
+def call_records(directory: Path) -> list[dict[str, Any]]:
+    lines = []
+    for segment in sorted(directory.glob("audit-*.jsonl")):
+        lines += [json.loads(line) for line in segment.read_text().splitlines()]
+    return [record for record in lines if record["kind"] == "call"]
+
+
+async def test_the_audit_log_keeps_a_forged_cell_reply_apart_as_the_workers_claim(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    async with Orchestrator(config(worker_image.tag, audit_dir=tmp_path)) as orch:
+        sid = (await ok(orch, "python_repl", operation="execute", code="1", policy=POLICY))[
+            "session_id"
+        ]
+        execute = {"operation": "execute", "session_id": sid}
+        claimed = await orch.call(
+            "python_repl", {**execute, "code": forged_reply_cell("validation")}
+        )
+        posing = await orch.call("python_repl", {**execute, "code": forged_reply_cell("timeout")})
+        after = await ok(orch, "python_repl", operation="execute", session_id=sid, code="6 * 7")
+    # The caller hears what the worker said (the worker is the caller's own code)...
+    assert claimed.structured["error_type"] == "validation"
+    # ...but a worker posing as the host (a timeout it did not time) breaks the protocol.
+    assert posing.structured["error_type"] == "process_crashed"
+    assert after["result_repr"] == "42" and after["state_reset"]
+    assert verify(tmp_path).ok
+    records = call_records(tmp_path)
+    outcomes = [
+        (r["success"], r["error_type"], r["ran"], r.get("worker_claims", {}).get("error_type"))
+        for r in records
+    ]
+    assert outcomes == [
+        (True, None, True, None),
+        (True, None, True, "validation"),
+        (False, "process_crashed", True, None),
+        (True, None, True, None),
+    ]
+    assert records[1]["worker_claims"]["success"] is False
+    assert records[3]["worker_claims"] == {
+        key: after[key]
+        for key in (
+            "success",
+            "error_type",
+            "execution_time_ms",
+            "cpu_time_ms",
+            "peak_memory_mb",
+            "truncated",
+        )
+    }
