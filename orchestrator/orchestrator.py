@@ -430,10 +430,6 @@ class Orchestrator(PythonReplOperations):
             raise InvalidArgumentError("policy applies only when a new session is created")
         return await self.session(session_id, tenant=tenant), False
 
-    def remember(self, kind: str, item_id: str, session: Session) -> None:
-        """Index an id made inside a session (a process, a terminal) for lookups by id alone."""
-        self._table.remember(kind, item_id, session)
-
     async def session_of(
         self, kind: str, item_id: Any, *, tenant: str | None = None, action: str | None = None
     ) -> Session:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.backend.base import STDERR, WORKSPACE, ExecSpec
 from orchestrator.backend.docker import DockerBackend
+from orchestrator.command_policy import enforce
 from orchestrator.errors import (
     BackendError,
     InvalidArgumentError,
@@ -131,6 +132,8 @@ class SessionProcesses:
         self._policy = policy
         # The owning tenant's own processes_per_session quota, when lower than the policy's.
         self.tenant_cap: int | None = None
+        # Told each new process id, so the manager finds the session by it on every path.
+        self.on_started: Callable[[str], None] | None = None
 
     def _max_running(self) -> int:
         limit = self._policy.limits.processes_per_session
@@ -144,11 +147,17 @@ class SessionProcesses:
         return limit
 
     async def start(
-        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        confirm_dangerous: bool = False,
     ) -> ProcessStartResult:
-        """Launch ``bash -c command`` in the background; ``quota_exceeded`` past the policy's
-        ``limits.processes_per_session`` running processes."""
+        """Launch ``bash -c command`` in the background if the shell policy allows it;
+        ``quota_exceeded`` past the policy's ``limits.processes_per_session`` running ones."""
         command = _check_command(command)
+        command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         request = {
             "process_id": secrets.token_hex(PROCESS_ID_BYTES),
             "command": command,
@@ -161,6 +170,8 @@ class SessionProcesses:
         result = _parse(ProcessStartResult, {**data, "command": command})
         if result.process_id != request["process_id"] or result.pgid != result.pid:
             raise BackendError("the process helper answered start for another process")
+        if self.on_started is not None:
+            self.on_started(result.process_id)
         return result
 
     async def list(self) -> ProcessListResult:

@@ -20,6 +20,7 @@ from orchestrator.sessions import Session
 from orchestrator.store import Registry, SessionRecord
 
 TERMINAL = "terminal"
+PROCESS = "process"
 
 
 class SessionTable:
@@ -46,12 +47,19 @@ class SessionTable:
             )
         )
         self.sessions[session.id] = session
+        self._index_items_of(session)
 
     def adopt(self, session: Session, items: list[tuple[str, str]]) -> None:
         """A session re-adopted from the registry (its row is there already)."""
         self.sessions[session.id] = session
         for kind, item_id in items:
             self._items[(kind, item_id)] = session.id
+        self._index_items_of(session)
+
+    def _index_items_of(self, session: Session) -> None:
+        """Every terminal and process the session starts, by whatever path, is found by id."""
+        session.terminals.on_started = lambda item_id: self.remember(TERMINAL, item_id, session)
+        session.processes.on_started = lambda item_id: self.remember(PROCESS, item_id, session)
 
     def remove(self, session: Session, reason: str) -> bool:
         """Take the session out (False if it was not in); its owner is told ``reason`` later."""

@@ -41,6 +41,7 @@ from orchestrator.arguments import check_timeout
 from orchestrator.backend.base import STDOUT, WORKSPACE, ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.backend.docker._attach import AttachedExec
+from orchestrator.command_policy import enforce
 from orchestrator.errors import BackendError, OrchestratorError, SessionNotFoundError
 from orchestrator.policy import Policy
 from orchestrator.process_signals import signal_process_group
@@ -149,10 +150,13 @@ class PersistentShell:
         self._lock = anyio.Lock()
         self._closed = False
 
-    async def run(self, command: str, *, timeout_s: float | None = None) -> ShellRunResult:
-        """Run ``command`` in the shell; at ``timeout_s`` (the policy's default without one) it
-        is interrupted, and the shell replaced if it does not come back."""
-        command = check_command(command)
+    async def run(
+        self, command: str, *, timeout_s: float | None = None, confirm_dangerous: bool = False
+    ) -> ShellRunResult:
+        """Run ``command`` in the shell if the shell policy allows it; at ``timeout_s`` (the
+        policy's default without one) it is interrupted, and the shell replaced if it does not
+        come back."""
+        command = enforce(check_command(command), self._policy, confirm_dangerous=confirm_dangerous)
         timeout = check_timeout(timeout_s, self._policy)
         async with self._lock:
             if self._closed:

@@ -31,6 +31,7 @@ import anyio.abc
 
 from orchestrator.backend.base import WORKSPACE
 from orchestrator.backend.docker import DockerBackend
+from orchestrator.command_policy import enforce
 from orchestrator.errors import QuotaExceededError, SessionNotFoundError
 from orchestrator.paths import caller_env, workspace_path
 from orchestrator.policy import Policy
@@ -101,6 +102,8 @@ class SessionTerminals:
         self._host: anyio.abc.TaskGroup | None = None
         # The owning tenant's own terminals_per_session quota, when lower than the policy's.
         self.tenant_cap: int | None = None
+        # Told each new terminal id, so the manager finds the session by it on every path.
+        self.on_started: Callable[[str], None] | None = None
 
     async def __aenter__(self) -> Self:
         host = anyio.create_task_group()
@@ -155,9 +158,11 @@ class SessionTerminals:
         yield_time_ms: int = DEFAULT_YIELD_MS,
         max_bytes: int | None = None,
         max_output_chars: int | None = None,
+        confirm_dangerous: bool = False,
     ) -> TerminalResult:
-        """Run ``bash -c command``; return at its first output, its end, or after yield_time_ms."""
-        command = check_command(command)
+        """Run ``bash -c command`` if the shell policy allows it; return at its first output,
+        its end, or after yield_time_ms."""
+        command = enforce(check_command(command), self._policy, confirm_dangerous=confirm_dangerous)
         pty = check_flag(use_pty, "use_pty")
         workdir = WORKSPACE if cwd is None else workspace_path(cwd, name="cwd")
         extra_env = caller_env(env)
@@ -168,6 +173,8 @@ class SessionTerminals:
             term = await self._launch(command, pty, workdir, extra_env)
         finally:
             self._starting -= 1
+        if self.on_started is not None:
+            self.on_started(term.id)
         try:
             return await term.wait_for_output(args, timeout_ms)
         except BaseException:

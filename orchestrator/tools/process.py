@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from orchestrator.command_policy import enforce
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 
 if TYPE_CHECKING:
@@ -40,9 +39,9 @@ class KillArgs(ToolArgs):
 
 async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
-    command = enforce(args.command, session.policy, confirm_dangerous=args.confirm_dangerous)
-    result = await session.processes.start(command, cwd=args.cwd, env=args.env)
-    orch.remember(PROCESS, result.process_id, session)
+    result = await session.processes.start(
+        args.command, cwd=args.cwd, env=args.env, confirm_dangerous=args.confirm_dangerous
+    )
     return {"session_id": session.id, **result.model_dump()}
 
 

@@ -80,28 +80,27 @@ class RunArgs(ToolArgs):
 
 async def _command_session(
     orch: Orchestrator, tenant: str | None, args: StartArgs | RunArgs
-) -> tuple[Session, bool, str]:
-    """Check the command against the policy it would run under, then find or create the session."""
+) -> tuple[Session, bool]:
+    """Find or create the session; a command its policy refuses creates none (the session's
+    terminals and shell enforce the policy again, on every path)."""
     if args.session_id is None:
         policy = orch.policy(args.policy)
         enforce(args.command, policy, confirm_dangerous=args.confirm_dangerous)
-    session, created = await orch.open_session(args.session_id, policy=args.policy, tenant=tenant)
-    command = enforce(args.command, session.policy, confirm_dangerous=args.confirm_dangerous)
-    return session, created, command
+    return await orch.open_session(args.session_id, policy=args.policy, tenant=tenant)
 
 
 async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
-    session, created, command = await _command_session(orch, tenant, args)
+    session, created = await _command_session(orch, tenant, args)
     result = await session.terminals.start(
-        command,
+        args.command,
         use_pty=args.use_pty,
         cwd=args.cwd,
         env=args.env,
         yield_time_ms=args.yield_time_ms,
         max_bytes=args.max_bytes,
         max_output_chars=args.max_output_chars,
+        confirm_dangerous=args.confirm_dangerous,
     )
-    orch.remember(TERMINAL, result.terminal_id, session)
     return {"session_id": session.id, "created_new_session": created, **result.model_dump()}
 
 
@@ -158,8 +157,10 @@ async def _resize(orch: Orchestrator, tenant: str | None, args: ResizeArgs) -> F
 
 
 async def _run(orch: Orchestrator, tenant: str | None, args: RunArgs) -> Fields:
-    session, created, command = await _command_session(orch, tenant, args)
-    result = await session.shell.run(command, timeout_s=args.timeout_s)
+    session, created = await _command_session(orch, tenant, args)
+    result = await session.shell.run(
+        args.command, timeout_s=args.timeout_s, confirm_dangerous=args.confirm_dangerous
+    )
     fields: dict[str, Any] = {
         "session_id": session.id,
         "created_new_session": created,
