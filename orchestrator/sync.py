@@ -65,4 +65,9 @@ class SyncOrchestrator(AbstractContextManager["SyncOrchestrator"]):
         return destroyed
 
     def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
-        return self.orchestrator.list_sessions(tenant=tenant)
+        # Through the portal like every call: the table belongs to the event loop's thread.
+        async def listed() -> list[dict[str, Any]]:
+            return self.orchestrator.list_sessions(tenant=tenant)
+
+        sessions: list[dict[str, Any]] = self._run(listed)
+        return sessions

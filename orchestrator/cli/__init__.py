@@ -23,6 +23,26 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"sbx {version('sbx')}")
+        except PackageNotFoundError:
+            typer.echo("sbx (not installed as a package)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version."
+    ),
+) -> None:
+    """Container-isolated Python sandboxes."""
 app.add_typer(audit_app, name="audit")
 app.add_typer(image_app, name="image")
 app.add_typer(policy_app, name="policy")

@@ -1,0 +1,70 @@
+"""The host package declares what it imports, and imports nothing it does not declare: a fresh
+``pip install`` of sbx is enough to run it (psutil, for one, is only the worker's, in the image)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "orchestrator"
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {
+        _normal(re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0]) for dep in project["dependencies"]
+    }
+
+
+def _third_party_imports() -> set[str]:
+    found: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        if "worker" in path.relative_to(PACKAGE).parts:
+            continue  # runs inside the sandbox, stdlib only
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m != "orchestrator"}
+
+
+def test_every_third_party_module_the_host_imports_comes_from_a_declared_dependency() -> None:
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared()
+    undeclared = {
+        module: distributions.get(module, [])
+        for module in _third_party_imports()
+        if not declared & {_normal(d) for d in distributions.get(module, [])}
+    }
+    assert undeclared == {}
+
+
+def test_psutil_is_not_a_runtime_dependency_and_the_cli_does_not_import_it() -> None:
+    assert "psutil" not in _declared()
+    probe = "import sys, orchestrator, orchestrator.cli; print('psutil' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_sbx_version_prints_the_installed_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"sbx {importlib.metadata.version('sbx')}"
