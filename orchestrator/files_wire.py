@@ -1,18 +1,17 @@
 """The wire protocol of the in-container file helper (``worker/fileops.py``), host side: one JSON
 request on its stdin, one JSON reply on its stdout, per run.
 
-Everything the helper says is untrusted: its reply is size-bounded, strictly decoded and checked
-against the reply models below (unused fields dropped, types never coerced); anything else is a
-``BackendError``, never a crash. Only the helper's own ``invalid_argument`` and
-``quota_exceeded`` pass through as themselves.
+Everything the helper says is untrusted: its reply is size-bounded, strictly decoded (numbers
+bounded, ``protocol.untrusted_json``) and checked against the reply models below (unused fields
+dropped, types never coerced); anything else is a ``BackendError``, never a crash. Only the
+helper's own ``invalid_argument`` and ``quota_exceeded`` pass through as themselves.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import pydantic
@@ -27,6 +26,7 @@ from orchestrator.errors import (
     QuotaExceededError,
 )
 from orchestrator.paths import MAX_PATH_CHARS
+from orchestrator.protocol import MAX_COUNT, untrusted_json
 
 # One docker exec (~60 ms) plus moving at most max_file_bytes over a local socket; a minute
 # means the engine or the container is stuck.
@@ -46,7 +46,7 @@ class Reply(BaseModel):
 
 
 class WriteReply(Reply):
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_COUNT)
     created: bool
 
 
@@ -61,7 +61,7 @@ class ArchiveReply(Reply):
 class EntryReply(Reply):
     name: str = Field(min_length=1, max_length=255)
     type: EntryType
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_COUNT)
     mode: int = Field(ge=0, le=0o7777)
     mtime: float = Field(allow_inf_nan=False)
     link_target: str | None = Field(default=None, max_length=256)
@@ -82,8 +82,8 @@ class CheckReply(Reply):
 
 
 class ExtractReply(Reply):
-    entries: int = Field(ge=0)
-    size: int = Field(ge=0)
+    entries: int = Field(ge=0, le=MAX_COUNT)
+    size: int = Field(ge=0, le=MAX_COUNT)
 
 
 _HELPER_ERRORS: dict[str, type[OrchestratorError]] = {
@@ -160,14 +160,10 @@ async def _collect(stream: ExecStream, limit: int) -> tuple[bytes, bytes]:
     return bytes(out), err
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _decode_reply(stdout: bytes, stderr: bytes) -> dict[str, Any]:
     try:
-        reply = json.loads(stdout, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+        reply = untrusted_json(stdout)
+    except ValueError:
         tail = stderr.decode("utf-8", "replace").strip()
         raise BackendError("the file helper gave no valid reply", hint=tail or None) from None
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):

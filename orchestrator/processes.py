@@ -33,6 +33,7 @@ from orchestrator.errors import (
 )
 from orchestrator.paths import caller_env, workspace_path
 from orchestrator.policy import Policy
+from orchestrator.protocol import MAX_COUNT, untrusted_json
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -103,7 +104,7 @@ class ProcessOutputResult(ProcessInfo):
 
     output: str
     lines: int = Field(ge=0, le=MAX_TAIL_LINES)
-    dropped_bytes: int = Field(ge=0)
+    dropped_bytes: int = Field(ge=0, le=MAX_COUNT)
     truncated: bool
 
 
@@ -242,8 +243,8 @@ class SessionProcesses:
 def _envelope(op: str, raw: bytes, err: bytes) -> dict[str, Any]:
     """The payload of a successful reply, or the error a failed one stands for."""
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
+        data = untrusted_json(raw)
+    except ValueError:
         detail = err.decode("utf-8", "replace").strip()[-500:] or "no output"
         raise BackendError(f"the process helper sent no valid reply to {op}: {detail}") from None
     if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):

@@ -1,12 +1,15 @@
 """The worker protocol as the orchestrator reads it: newline-delimited JSON whose every frame is
-untrusted. Lines are bounded in size, decoded strictly and checked against these models; anything
-else is a ``ProtocolViolation``, which ends that worker and nothing else.
+untrusted. Lines are bounded in size, decoded strictly (``untrusted_json``: no NaN or Infinity,
+integers of a bounded number of digits) and checked against these models, every number in them
+bounded; anything else is a ``ProtocolViolation``, which ends that worker and nothing else. The
+file and process helpers' replies are decoded by ``untrusted_json`` too.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final, Literal, TypeVar
+import math
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -22,6 +25,46 @@ MAX_ID_CHARS = 64
 # shares a name with any other under a qualified name (worker/executor.py), so a reply naming
 # one of the others (timeout, process_crashed, ...) is a forgery posing as the host.
 WORKER_ERROR_TYPES: Final = frozenset({"validation", "import_blocked"})
+# An integer of more digits is refused before Python converts it (which it refuses past 4300
+# digits, with a ValueError): nothing a container reports comes near 2**63.
+MAX_INT_DIGITS: Final = 19
+MAX_COUNT: Final = 2**63 - 1
+# Times in ms and memory in MiB: a thousand years of a cell, a zettabyte; past that it is a lie.
+MAX_MEASURE: Final = 1e13
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Measure = Annotated[float, Field(ge=0, le=MAX_MEASURE, allow_inf_nan=False)]
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} characters")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 is valid JSON and parses as inf
+        raise ValueError(f"a number out of range: {text[:32]}")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def untrusted_json(data: bytes | str) -> Any:
+    """JSON from a container, strictly: a ``ValueError`` for anything else, for NaN, Infinity,
+    a float out of range, an integer over ``MAX_INT_DIGITS`` digits, or nesting too deep."""
+    try:
+        return json.loads(
+            data,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            parse_constant=_no_constant,
+        )
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 class ProtocolViolation(Exception):
@@ -36,7 +79,7 @@ class _Frame(BaseModel):
 class ReadyFrame(_Frame):
     type: Literal["ready"]
     pid: int = Field(gt=1, lt=2**22)
-    protocol: int
+    protocol: int = Field(ge=0, le=2**31)
     python: str = Field(max_length=64)
 
 
@@ -60,16 +103,16 @@ class ExecuteReply(_Frame):
     success: bool
     stdout: str = ""
     stderr: str = ""
-    stdout_bytes: int = Field(default=0, ge=0)
-    stderr_bytes: int = Field(default=0, ge=0)
+    stdout_bytes: Count = 0
+    stderr_bytes: Count = 0
     result_repr: str | None = None
     error_type: str | None = Field(default=None, max_length=128)
     error_message: str | None = None
     traceback: str | None = None
     violations: list[str] = Field(default_factory=list, max_length=1000)
-    execution_time_ms: float = Field(ge=0)
-    cpu_time_ms: float = Field(ge=0)
-    peak_memory_mb: float = Field(ge=0)
+    execution_time_ms: Measure
+    cpu_time_ms: Measure
+    peak_memory_mb: Measure
     truncated: bool = False
     interrupted: bool = False
 
@@ -97,10 +140,10 @@ class InspectReply(_Frame):
     # On the wire ``type`` names the frame, so the variable's type travels as ``type_name``.
     type: str | None = Field(default=None, max_length=256, validation_alias="type_name")
     repr: str | None = None
-    length: int | None = None
+    length: Count | None = None
     doc: str | None = None
     signature: str | None = None
-    shape: list[int] | str | None = None
+    shape: Annotated[list[Count], Field(max_length=64)] | str | None = None
     dtype: str | None = None
 
 
@@ -124,9 +167,9 @@ class LineBuffer:
 
 def decode_frame(line: bytes) -> ReadyFrame | FatalFrame | Reply:
     try:
-        data = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ProtocolViolation(f"a frame is not JSON: {exc}") from None
+        data = untrusted_json(line)
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+        raise ProtocolViolation(f"a frame is not JSON: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise ProtocolViolation("a frame is not a JSON object")
     kind = data.get("type")

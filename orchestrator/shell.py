@@ -56,6 +56,9 @@ MAX_STATUS_BYTES = 8 * 1024
 # How long a dying shell's exit code may take to show up at the engine.
 EXIT_CODE_TIMEOUT = 5.0
 TOKEN_BYTES = 16
+# What a status line may say (the shell's own, or what code in the container wrote in its place).
+MAX_PID = 2**22
+MAX_EXIT_STATUS = 255
 # One signal exec and closing a socket; bounded so teardown never hangs on a stuck engine.
 CLOSE_TIMEOUT = 20.0
 _PLAIN = frozenset((string.ascii_letters + string.digits).encode())
@@ -187,7 +190,10 @@ class PersistentShell:
             await stream.send((SETUP + _status_line(token, '"$$"')).encode())
             with anyio.fail_after(START_TIMEOUT):
                 await _read_until(shell, framer, token)
-            shell.pid = int(framer.statuses[token][0])
+            pid = _number(framer.statuses[token][0], 2, MAX_PID)
+            if pid is None:
+                raise ValueError("the shell gave no pid")
+            shell.pid = pid
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._discard()
@@ -212,7 +218,7 @@ class PersistentShell:
             await self._discard()
             return self._result(framer, exit_code, timed_out=False, restarted=True)
         status, cwd = next(iter(framer.statuses.values()))
-        exit_code = int(status) if status.isdigit() else None
+        exit_code = _number(status, 0, MAX_EXIT_STATUS)
         return self._result(framer, exit_code, cwd=cwd, timed_out=scope.cancelled_caught)
 
     async def _interrupt(self, shell: _Shell, framer: _Framer) -> bool:
@@ -261,6 +267,14 @@ class PersistentShell:
             with contextlib.suppress(OrchestratorError):
                 await signal_process_group(self._backend, self._container_id, shell.pid, "KILL")
         await shell.stream.aclose()
+
+
+def _number(text: bytes, low: int, high: int) -> int | None:
+    """A status field as a number in [low, high]: ASCII digits only, else None."""
+    if not text.isdigit() or len(text) > len(str(high)):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
 
 
 async def _send(shell: _Shell, text: str) -> None:

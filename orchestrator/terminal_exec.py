@@ -46,6 +46,8 @@ PTY_TERM = "xterm-256color"
 # The wrapper prints its pid before anything else; past this the engine is stuck.
 START_TIMEOUT = 10.0
 MAX_PID_LINE = 4096
+# The kernel's largest pid_max: a larger "pid" is not the wrapper's.
+MAX_PID = 2**22
 # The engine records an exec's exit code a moment after its stream ends.
 EXIT_CODE_TIMEOUT = 5.0
 
@@ -231,7 +233,7 @@ async def _read_pid(stream: AttachedExec, buffer: OutputBuffer) -> int:
             head += chunk[1]
     line, newline, rest = head.partition(b"\n")
     text = line.strip(b"\r ")
-    if not newline or not text.isdigit() or len(text) > 10:
+    if not newline or not text.isdigit() or len(text) > 10 or not 1 < int(text) < MAX_PID:
         buffer.append(head)
         return 0
     buffer.append(rest)

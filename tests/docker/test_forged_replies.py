@@ -197,3 +197,49 @@ async def test_the_audit_log_keeps_a_forged_cell_reply_apart_as_the_workers_clai
             "truncated",
         )
     }
+
+
+def raw_reply_cell(numbers: str) -> str:
+    """A cell that answers its own request with a hand-written reply line whose timings are
+    ``numbers`` (JSON text a well-behaved encoder would never write), then ends the worker."""
+    return (
+        "import gc, os, sys\n"
+        "worker = next(o for o in gc.get_objects() if type(o).__name__ == 'Worker')\n"
+        "frame = sys._getframe()\n"
+        "while frame.f_code.co_name != 'handle':\n"
+        "    frame = frame.f_back\n"
+        "rid = frame.f_locals['request'].id\n"
+        'line = (\'{"type": "reply", "id": "%s", "ok": true, "success": true, \'\n'
+        f"        '{numbers}}}\\n') % rid\n"
+        "os.write(worker._out, line.encode())\n"
+        "os._exit(0)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "numbers",
+    [
+        '"execution_time_ms": ' + "9" * 5000 + ', "cpu_time_ms": 0, "peak_memory_mb": 0',
+        '"execution_time_ms": 0, "cpu_time_ms": Infinity, "peak_memory_mb": 0',
+        '"execution_time_ms": 0, "cpu_time_ms": 0, "peak_memory_mb": 1e999',
+    ],
+    ids=["5000-digit-integer", "infinity", "overflowing-float"],
+)
+async def test_a_forged_frame_with_numbers_out_of_bounds_is_a_crash_of_that_worker_only(
+    numbers: str, orch: Orchestrator
+) -> None:
+    sid = (await ok(orch, "python_repl", operation="execute", code="1", policy=POLICY))[
+        "session_id"
+    ]
+    other = (await ok(orch, "python_repl", operation="execute", code="2"))["session_id"]
+    execute = {"operation": "execute", "session_id": sid}
+
+    forged = await orch.call("python_repl", {**execute, "code": raw_reply_cell(numbers)})
+
+    assert forged.structured["error_type"] == "process_crashed"
+    json.dumps(forged.structured, allow_nan=False)  # what every interface can send
+    again = await ok(orch, "python_repl", operation="execute", session_id=sid, code="6 * 7")
+    assert again["result_repr"] == "42" and again["state_reset"]
+    assert (await ok(orch, "python_repl", operation="execute", session_id=other, code="3"))[
+        "result_repr"
+    ] == "3"

@@ -35,6 +35,36 @@ FAKES = {
         " 'success': 'yes', 'execution_time_ms': -1}), flush=True)"
     ),
     "ready_again": f"print(json.dumps({READY}), flush=True)",
+    # Numbers past any bound: Python refuses to convert a 5000-digit integer (a ValueError of its
+    # own), JSON has no Infinity, and 1e999 parses as one.
+    "huge_integer": (
+        'print(\'{"type": "reply", "id": "%s", "ok": true, "success": true,'
+        ' "execution_time_ms": %s, "cpu_time_ms": 0, "peak_memory_mb": 0}\''
+        " % (req['id'], '9' * 5000), flush=True)"
+    ),
+    "infinity": (
+        "r = {'type': 'reply', 'id': req['id'], 'ok': True, 'success': True,"
+        " 'execution_time_ms': 0, 'cpu_time_ms': float('inf'), 'peak_memory_mb': 0}\n"
+        "print(json.dumps(r), flush=True)"
+    ),
+    "overflowing_float": (
+        "r = {'type': 'reply', 'id': req['id'], 'ok': True, 'success': True,"
+        " 'execution_time_ms': 0, 'cpu_time_ms': 0, 'peak_memory_mb': 0}\n"
+        "print(json.dumps(r).replace('\"peak_memory_mb\": 0', '\"peak_memory_mb\": 1e999'),"
+        " flush=True)"
+    ),
+    "unbounded_count": (
+        "r = {'type': 'reply', 'id': req['id'], 'ok': True, 'success': True,"
+        " 'stdout_bytes': 10 ** 30, 'execution_time_ms': 0, 'cpu_time_ms': 0,"
+        " 'peak_memory_mb': 0}\n"
+        "print(json.dumps(r), flush=True)"
+    ),
+    "posing_as_the_host": (
+        "r = {'type': 'reply', 'id': req['id'], 'ok': True, 'success': False,"
+        " 'error_type': 'timeout', 'execution_time_ms': 0, 'cpu_time_ms': 0,"
+        " 'peak_memory_mb': 0}\n"
+        "print(json.dumps(r), flush=True)"
+    ),
 }
 
 
