@@ -1,7 +1,9 @@
 """The audit log: append-only JSON lines, each record carrying the hash of the one before it.
 
 ``AuditLog`` (opened with ``AuditLog.open`` or ``open_audit_log``) records one line per tool
-call; ``verify`` (and ``sbx audit verify``) checks a log. This module is the public face of the
+call, with its ``outcome``: ``ok``, ``failed`` (the call answered with ``success: false``) or
+``cancelled`` (its caller went away before the answer); ``verify`` (and ``sbx audit verify``)
+checks a log. This module is the public face of the
 audit subsystem and re-exports its names; the parts live beside it:
 
 - ``orchestrator.audit_records``: the record format: canonical JSON, hashes, segment names.
@@ -10,11 +12,12 @@ audit subsystem and re-exports its names; the parts live beside it:
 - ``orchestrator.audit_verify``: the streaming verifier.
 
 Invariants:
-- One writer per directory: a ``flock`` on ``.lock`` keeps a second process out, and an anyio
+- One writer per directory: a ``flock`` on ``.lock`` keeps a second process out, and a thread
   lock serializes the records of this one, so file order is ``seq`` order.
 - File I/O runs in a worker thread, and the writer's state changes only there, under the lock,
-  after the write succeeded. Recording is shielded from cancellation: a cancelled call is
-  audited too.
+  after the write succeeded. Recording is shielded from cancellation (a cancelled call is
+  audited too) and bounded (``RECORD_TIMEOUT``): a caller stops waiting for a disk that hangs,
+  while the write, if it ever gets the lock, completes whole in its thread.
 - A partial last line left by a crash is recorded, never repaired: the log continues in a new
   segment whose first record names it (``AuditLog.torn_tail`` says so too).
 - A hash chain alone cannot show records cut off the end or a log rewritten from some point on:
@@ -27,10 +30,11 @@ import contextlib
 import fcntl
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 
@@ -57,12 +61,14 @@ __all__ = [
     "GENESIS_HASH",
     "LOCK_FILE",
     "MAX_PROBLEMS",
+    "RECORD_TIMEOUT",
     "SEGMENT_NAME",
     "TAIL_CHUNK",
     "AuditConfig",
     "AuditLog",
     "AuditLogError",
     "AuditProblem",
+    "Outcome",
     "TornTail",
     "VerifyReport",
     "arguments_digest",
@@ -74,6 +80,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LOCK_FILE: Final = ".lock"
+# An append and its fdatasync take milliseconds on a local disk, a few hundred records queued
+# behind each other well under a second; a disk that holds a record this long is failing, and
+# a call (a cancelled one above all) must not hang on it.
+RECORD_TIMEOUT: Final = 10.0
+
+Outcome = Literal["ok", "failed", "cancelled"]
 
 
 def _lock_directory(directory: Path) -> int:
@@ -93,7 +105,9 @@ class AuditLog:
     def __init__(self, writer: SegmentWriter, lock_fd: int, torn_tail: TornTail | None) -> None:
         self._writer = writer
         self._lock_fd = lock_fd
-        self._lock = anyio.Lock()
+        # A thread lock, taken in the writing thread: a caller that stops waiting leaves the
+        # write to finish, or never start, whole and in order.
+        self._lock = threading.Lock()
         self._closed = False
         #: What a crash left at the end of the log when it was opened (recorded, never repaired).
         self.torn_tail = torn_tail
@@ -152,10 +166,12 @@ class AuditLog:
         ran: bool | None = None,
         exit_status: int | None = None,
         worker_claims: Mapping[str, Any] | None = None,
+        outcome: Outcome | None = None,
     ) -> None:
-        """Append one call record; raises ``AuditLogError`` if it cannot be written."""
+        """Append one call record; raises ``AuditLogError`` if it cannot be written, or is not
+        written within ``RECORD_TIMEOUT``. ``outcome`` defaults to what ``success`` says."""
         append = partial(
-            self._writer.append_call,
+            self._append,
             tenant=tenant,
             task=task,
             tool=tool,
@@ -163,27 +179,36 @@ class AuditLog:
             session_id=session_id,
             success=success,
             error_type=error_type,
+            outcome=outcome or ("ok" if success else "failed"),
             duration_ms=round(duration_ms, 3),
             arguments=arguments,
             **_given(ran=ran, exit_status=exit_status, worker_claims=worker_claims),
         )
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                if self._closed:
-                    raise AuditLogError("the audit log is closed")
-                await anyio.to_thread.run_sync(append)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_TIMEOUT) as bound:
+            await anyio.to_thread.run_sync(append, abandon_on_cancel=True)
+        if bound.cancelled_caught:
+            raise AuditLogError(f"the audit log did not take a record within {RECORD_TIMEOUT:g} s")
+
+    def _append(self, **call: Any) -> None:
+        with self._lock:
+            if self._closed:
+                raise AuditLogError("the audit log is closed")
+            self._writer.append_call(**call)
 
     async def aclose(self) -> None:
         """Flush and close; idempotent."""
         with anyio.CancelScope(shield=True):
-            async with self._lock:
-                if self._closed:
-                    return
-                self._closed = True
-                try:
-                    await anyio.to_thread.run_sync(self._writer.close)
-                finally:
-                    os.close(self._lock_fd)
+            await anyio.to_thread.run_sync(self._close)
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._writer.close()
+            finally:
+                os.close(self._lock_fd)
 
     async def __aenter__(self) -> AuditLog:
         return self

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+import orchestrator.audit as audit_module
 from orchestrator.audit import (
     GENESIS_HASH,
     AuditConfig,
@@ -323,6 +324,37 @@ async def test_a_cancelled_caller_is_still_audited(tmp_path: Path) -> None:
                 await audit.record(**_call(0, success=False, error_type="timeout"))
             assert audit.head[0] == 1
     assert verify(tmp_path).ok
+
+
+@pytest.mark.anyio
+async def test_each_record_says_its_outcome(tmp_path: Path) -> None:
+    async with open_audit_log(tmp_path) as audit:
+        await audit.record(**_call(0))
+        await audit.record(**_call(1, success=False, error_type="timeout"))
+        await audit.record(**_call(2, success=False, error_type="cancelled", outcome="cancelled"))
+    lines = [json.loads(line) for line in _lines(tmp_path / SEGMENT_1)]
+    outcomes = [r["outcome"] for r in lines if r["kind"] == "call"]
+    assert outcomes == ["ok", "failed", "cancelled"]
+
+
+@pytest.mark.anyio
+async def test_a_record_the_log_cannot_take_in_time_is_refused_and_the_chain_stays_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit_module, "RECORD_TIMEOUT", 0.2)
+    async with open_audit_log(tmp_path) as audit:
+        audit._lock.acquire()  # what a write stuck on a failing disk does to the ones after it
+        try:
+            with anyio.fail_after(WAIT), anyio.CancelScope() as cancelled:
+                cancelled.cancel()  # a cancelled caller is bounded too
+                with pytest.raises(AuditLogError):
+                    await audit.record(**_call(0))
+        finally:
+            audit._lock.release()
+        await audit.record(**_call(1))
+    # The abandoned write lands whole once the lock is free, or finds the log closed.
+    report = verify(tmp_path)
+    assert report.ok and report.records in (3, 4), report
 
 
 @pytest.mark.anyio
