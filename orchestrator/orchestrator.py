@@ -44,7 +44,7 @@ from orchestrator.lifecycle import (
     reap_interval,
     should_pause,
 )
-from orchestrator.owners import SHARE_ACTIONS, check_task, current_task, task_scope
+from orchestrator.owners import SHARE_ACTIONS, check_task, current_task, may_see, task_scope
 from orchestrator.policy import Policy, load_policy
 from orchestrator.pool import WarmPool
 from orchestrator.quotas import Admission, check_policy_allowed, per_session_cap
@@ -278,7 +278,10 @@ class Orchestrator(PythonReplOperations):
         limits = self.tenant_config(tenant)
         check_policy_allowed(limits, effective)
         self._check_open(tenant, task)
-        await self._make_room()
+        self._admission.check_owner(
+            list(self._sessions.values()), tenant=tenant, task=task, policy=effective, limits=limits
+        )
+        await self._make_room(tenant, task)
         token = self._admission.reserve(
             self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
         )
@@ -298,11 +301,13 @@ class Orchestrator(PythonReplOperations):
                 f"task {task} was closed (close_owner); use another task", rule="closed_owner"
             )
 
-    async def _make_room(self) -> None:
-        """At ``max_sessions``, end the least recently active idle session (seed 000's rule)."""
+    async def _make_room(self, tenant: str, task: str | None) -> None:
+        """At ``max_sessions``, end the caller's least recently active idle session (seed
+        000's rule), never another owner's: without one of its own, the create is refused."""
         if len(self._sessions) + len(self._admission) < self.config.max_sessions:
             return
-        victim = eviction_candidate(self._sessions.values())
+        own = [s for s in self._sessions.values() if s.tenant == tenant and may_see(s.task, task)]
+        victim = eviction_candidate(own)
         if victim is not None:
             await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
 

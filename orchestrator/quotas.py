@@ -98,14 +98,31 @@ class Admission:
         policy: Policy,
         limits: TenantConfig | None,
     ) -> int:
-        """Check every limit against ``sessions`` plus the places held, and hold one more;
-        returns the token to ``release``. Synchronous: nothing can slip in between."""
+        """Check every limit against ``sessions`` plus the places held, the caller's own
+        quotas first, and hold one more; returns the token to ``release``. Synchronous: nothing
+        can slip in between."""
         live = list(sessions)
+        self.check_owner(live, tenant=tenant, task=task, policy=policy, limits=limits)
         if len(live) + len(self._held) >= self.max_sessions:
             raise QuotaExceededError(
-                f"max_sessions: {self.max_sessions} sessions exist and all are busy",
+                f"max_sessions: {self.max_sessions} sessions exist and none of yours is idle",
                 quota="max_sessions",
             )
+        token = next(self._tokens)
+        self._held[token] = (tenant, task, policy)
+        return token
+
+    def check_owner(
+        self,
+        live: list[Session],
+        *,
+        tenant: str,
+        task: str | None,
+        policy: Policy,
+        limits: TenantConfig | None,
+    ) -> None:
+        """The caller's own quotas (the tenant's and the per-owner limit), whatever the
+        orchestrator's capacity: checked before anything is evicted to make room."""
         held = [s.policy for s in live if s.tenant == tenant]
         held += [p for t, _, p in self._held.values() if t == tenant]
         check_room(limits, usage_of(held), policy)
@@ -117,9 +134,6 @@ class Admission:
                 f"max_sessions_per_owner: {limit} sessions already open",
                 quota="max_sessions_per_owner",
             )
-        token = next(self._tokens)
-        self._held[token] = (tenant, task, policy)
-        return token
 
     def release(self, token: int) -> None:
         del self._held[token]

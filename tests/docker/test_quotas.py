@@ -230,3 +230,28 @@ async def test_a_warm_pool_never_carries_a_tenant_past_its_quota(
         assert orch.pool_status()["default"]["ready"] >= 1  # the refusal took nothing
         listed = await ok(orch, "pooled", "python_repl", {"operation": "list_sessions"})
         assert [s["session_id"] for s in listed["sessions"]] == [first["session_id"]]
+
+
+async def test_at_max_sessions_a_tenant_never_evicts_another_tenants_session(
+    worker_image: ImageBuildResult,
+) -> None:
+    tenants = (tenant("alice", sessions=5), tenant("mallory", sessions=0), tenant("carol"))
+    own_id = f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}"
+    settings = config(
+        worker_image.tag,
+        orchestrator_id=own_id,
+        tenants={t.name: t for t in tenants},
+        max_sessions=1,
+    )
+    async with Orchestrator(settings) as orch:
+        alice = (await ok(orch, "alice", "python_repl", {**CREATE, "code": "x = 1"}))["session_id"]
+        # A quota of 0 is refused by its quota, before anything is evicted.
+        await refused_for(orch, "mallory", "python_repl", CREATE, "sessions")
+        # Within its quota but at the orchestrator's capacity, with no idle session of its own.
+        await refused_for(orch, "carol", "python_repl", CREATE, "max_sessions")
+        still = await ok(orch, "alice", "python_repl", {**CREATE, "code": "x", "session_id": alice})
+        assert still["result_repr"] == "1"
+        # Its own idle session is what makes room for a tenant at capacity.
+        second = (await ok(orch, "alice", "python_repl", CREATE))["session_id"]
+        assert [s["session_id"] for s in orch.list_sessions(tenant="alice")] == [second]
+        assert len(await containers_of(orch)) == 1
