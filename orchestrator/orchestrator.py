@@ -217,24 +217,28 @@ class Orchestrator(PythonReplOperations):
     ) -> ToolResult:
         """One tool call as every interface makes it: ``{operation, ...}`` in, a result out, for
         ``tenant`` and optionally one ``task`` of it. Every call, refused ones included, goes
-        into the audit log when one is kept."""
+        into the audit log when one is kept; a call cancelled before its answer (its code may
+        well have run) as ``cancelled``."""
         started = time.perf_counter()
         found = TOOLS.get(tool) if isinstance(tool, str) else None
+        result: ToolResult | None = None
         try:
-            task = check_task(task)
-        except InvalidArgumentError as exc:
-            result = ToolResult({"success": False, **exc.to_dict()}, str(exc))
-            task = None
-        else:
-            if found is None:
-                error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
-                result = ToolResult({"success": False, **error.to_dict()}, str(error))
+            try:
+                task = check_task(task)
+            except InvalidArgumentError as exc:
+                result = ToolResult({"success": False, **exc.to_dict()}, str(exc))
+                task = None
             else:
-                with task_scope(task):
-                    result = await call_tool(self, found, arguments, tenant=tenant)
-        if self._audit is not None:
-            seconds = time.perf_counter() - started
-            await self._audit_call(tool, arguments, tenant, task, result, seconds)
+                if found is None:
+                    error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
+                    result = ToolResult({"success": False, **error.to_dict()}, str(error))
+                else:
+                    with task_scope(task):
+                        result = await call_tool(self, found, arguments, tenant=tenant)
+        finally:
+            if self._audit is not None:  # on every path, a cancel's too (recording is shielded)
+                seconds = time.perf_counter() - started
+                await self._audit_call(tool, arguments, tenant, task, result, seconds)
         return result
 
     async def _audit_call(
@@ -243,23 +247,28 @@ class Orchestrator(PythonReplOperations):
         arguments: Any,
         tenant: str | None,
         task: str | None,
-        result: ToolResult,
+        result: ToolResult | None,
         seconds: float,
     ) -> None:
+        """One call's record; ``result`` None is a call that ended without one: cancelled."""
         assert self._audit is not None
-        structured = result.structured
         args = arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]}
+        if result is None:
+            structured = {"operation": args.get("operation"), "error_type": "cancelled"}
+        else:
+            structured = result.structured
         session_id = structured.get("session_id") or args.get("session_id")
         try:
             await self._audit.record(
                 tenant=tenant or self.config.tenant,
-                task=task,
+                task=task if isinstance(task, str) else None,
                 tool=str(tool)[:64],
                 operation=str(structured.get("operation"))[:64],
                 session_id=session_id if isinstance(session_id, str) else None,
                 arguments=args,
-                **call_outcome(str(tool), structured, answered=True),
+                **call_outcome(str(tool), structured, answered=result is not None),
                 duration_ms=round(seconds * 1000, 3),
+                outcome="cancelled" if result is None else None,
             )
         except OrchestratorError as exc:
             # The call has happened; refusing its answer now would not undo it. Say it loudly.

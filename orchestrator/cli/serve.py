@@ -88,6 +88,15 @@ def serve(
             help="Sessions of the default policy to keep warm, filled before serving starts.",
         ),
     ] = 0,
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="SBX_MAX_SESSIONS",
+            help="Sessions this server holds at most, all tenants together; at the limit a "
+            "create ends the caller's own least recently active idle session, or is refused.",
+        ),
+    ] = OrchestratorConfig.max_sessions,
     registry: Annotated[
         Path | None,
         typer.Option(
@@ -118,6 +127,7 @@ def serve(
             config,
             registry_path=registry or config.registry_path or data_dir() / "registry.db",
             on_shutdown="persist" if keep_sessions else "destroy",
+            max_sessions=max_sessions,
             tenants=keys.tenants if tenants is not None else {},
         )
         listener = _listen(host, port)

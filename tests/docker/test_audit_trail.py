@@ -86,3 +86,21 @@ async def test_an_edited_record_fails_sbx_audit_verify(
     result = await anyio.to_thread.run_sync(tamper_and_verify, tmp_path)
     assert result.returncode == 1
     assert "line" in result.stdout + result.stderr
+
+
+async def test_a_call_cancelled_mid_execute_is_recorded_as_cancelled(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    async with Orchestrator(config(worker_image.tag, audit_dir=tmp_path)) as orch:
+        created = await orch.call("python_repl", {"operation": "execute", "code": "x = 1"})
+        sid = created.structured["session_id"]
+        cell = {"operation": "execute", "session_id": sid, "code": "import time; time.sleep(600)"}
+        with anyio.fail_after(60), anyio.move_on_after(1.0) as scope:
+            await orch.call("python_repl", cell)
+        assert scope.cancelled_caught
+    assert verify(tmp_path).ok
+    first, cancelled = records(tmp_path)
+    assert (first["outcome"], first["success"]) == ("ok", True)
+    assert cancelled["outcome"] == "cancelled" and cancelled["success"] is False
+    assert (cancelled["operation"], cancelled["error_type"]) == ("execute", "cancelled")
+    assert cancelled["session_id"] == sid and float(str(cancelled["duration_ms"])) >= 1000
