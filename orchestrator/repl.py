@@ -2,8 +2,11 @@
 
 A timeout first interrupts the worker (SIGINT); if it answers within the kill grace its state is
 kept (``state_reset: false``), otherwise it is SIGKILLed and replaced (``state_reset: true``). A
-worker that dies or breaks the protocol costs its state and nothing else; the next request gets a
-fresh worker and is told so. Callers serialise requests (the session lock).
+caller that is cancelled (a client's timeout, a dropped connection, a cancelled task) gets the
+same treatment for its request before the cancel goes on, shielded and bounded, so the next call
+finds the worker idle with its state. A worker that dies or breaks the protocol costs its state
+and nothing else; the next request gets a fresh worker and is told so. Callers serialise requests
+(the session lock), which they hold until the interrupt is done.
 """
 
 from __future__ import annotations
@@ -187,7 +190,13 @@ class Repl:
         started = time.time()
         try:
             request_id = await worker.send("execute", code=code)
-            reply = await self._reply_within(worker, request_id, timeout)
+            try:
+                reply = await self._reply_within(worker, request_id, timeout)
+            except anyio.get_cancelled_exc_class():
+                # No one will read this answer: end the cell now, as a timeout would.
+                self._state_lost = self._state_lost or state_reset
+                await self._interrupted_reply(worker, request_id)
+                raise
             if reply is not None:
                 return _outcome(reply, state_reset=state_reset)
             return await self._interrupt(worker, request_id, state_reset=state_reset)
@@ -257,18 +266,35 @@ class Repl:
     async def _interrupt(
         self, worker: WorkerProcess, request_id: str, *, state_reset: bool
     ) -> ExecuteOutcome:
-        """SIGINT, then a bounded wait for the worker to answer; else SIGKILL and a new worker."""
-        grace = self._policy.timeouts.kill_grace_s
-        try:
-            await worker.signal("INT")
-            with anyio.move_on_after(grace):
-                reply = await worker.receive_reply(request_id)
+        """A timed-out cell: interrupted with its state kept, or its worker replaced."""
+        reply = await self._interrupted_reply(worker, request_id)
+        if reply is not None:
+            try:
                 kept = _outcome(reply, state_reset=state_reset)
+            except ProtocolViolation:
+                await self._discard(worker)
+            else:
                 return kept.model_copy(update=_timed_out_fields(state_reset=state_reset))
-        except (WorkerExited, ProtocolViolation, BackendError):
-            pass
-        await self._discard(worker)
         return ExecuteOutcome(**_timed_out_fields(state_reset=True))
+
+    async def _interrupted_reply(self, worker: WorkerProcess, request_id: str) -> Reply | None:
+        """SIGINT, then the reply to ``request_id`` within the kill grace; without one the
+        worker is SIGKILLed (its state lost, which the next execute reports) and this is None.
+        Shielded, since it runs for callers that are being cancelled too, and bounded: the
+        signal's exec has its own timeout, then the grace, then the kill's exec. A SIGINT that
+        arrives after the request was answered finds the worker idle, which ignores it."""
+        grace = self._policy.timeouts.kill_grace_s
+        reply = None
+        with anyio.CancelScope(shield=True):
+            try:
+                await worker.signal("INT")
+                with anyio.move_on_after(grace):
+                    reply = await worker.receive_reply(request_id)
+            except (WorkerExited, ProtocolViolation, BackendError):
+                pass
+            if reply is None:
+                await self._discard(worker)
+        return reply
 
     async def _crashed(self, worker: WorkerProcess, started: float) -> ExecuteOutcome:
         await self._discard(worker)
@@ -312,8 +338,14 @@ class Repl:
     async def _quick(self, op: str, **args: Any) -> Reply:
         worker = await self._ensure_worker()
         try:
-            with anyio.fail_after(QUICK_OP_TIMEOUT):
-                reply = await worker.request(op, **args)
+            request_id = await worker.send(op, **args)
+            try:
+                with anyio.fail_after(QUICK_OP_TIMEOUT):
+                    reply = await worker.receive_reply(request_id)
+            except anyio.get_cancelled_exc_class():
+                # An inspect may be in a user __repr__: interrupted, as a cancelled cell is.
+                await self._interrupted_reply(worker, request_id)
+                raise
         except BackendUnavailableError:
             await self._lose_stream(worker)
             raise

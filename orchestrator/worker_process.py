@@ -4,7 +4,10 @@ in lockstep (one request, then its one reply) over the attached stream.
 Invariants: the caller serialises requests (the session lock); every frame is decoded through
 ``protocol`` and anything unexpected raises ``ProtocolViolation``, after which the caller kills the
 worker; reading is cancel-safe (partial frames stay buffered), so a timed-out wait can be resumed
-after an interrupt; the worker's own stderr is kept only as a bounded tail for diagnostics.
+after an interrupt; a request's write is shielded, so a cancel reaches its caller in the wait for
+the reply; the reply to a request its caller gave up on is dropped by its id when it comes, never
+taken for the reply of the request after it (an id never sent is still a violation); the
+worker's own stderr is kept only as a bounded tail for diagnostics.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ _PID_LINE = re.compile(rb"^sbx-pid ([0-9]{1,7})$")
 READY_TIMEOUT = 10.0
 # Signals go through a short exec of their own; the engine answers that in ~60 ms.
 SIGNAL_TIMEOUT = 10.0
+# A request is written while the worker waits for it (lockstep), so even a code cell of several
+# MiB is taken in milliseconds; a worker that takes no bytes for this long reads no more.
+SEND_TIMEOUT = 30.0
 STDERR_TAIL_BYTES = 4096
 
 
@@ -59,6 +65,9 @@ class WorkerProcess:
         self._pending: list[bytes] = []
         self._stderr_tail = b""
         self._ids = itertools.count(1)
+        # Ids sent and not yet answered: besides the one a caller waits for, only those whose
+        # caller was cancelled; their replies, when they come, are dropped.
+        self._unanswered: set[str] = set()
         self.pid = 0
         self.alive = True
 
@@ -147,23 +156,38 @@ class WorkerProcess:
         return worker
 
     async def send(self, op: str, **args: Any) -> str:
-        """Send a request; returns its id for ``receive_reply``."""
+        """Send a request; returns its id for ``receive_reply``. Shielded: a cancel that lands
+        once the line is handed over would end the call with its request running; it takes
+        effect at the caller's wait for the reply instead, where the caller deals with it."""
         request_id = f"r{next(self._ids)}"
-        try:
-            await self._stream.send(encode_request(request_id, op, **args))
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+        line = encode_request(request_id, op, **args)
+        # Before the write: asyncio's own cancel gets through a shield, and the line may be out
+        # by then; if so, its reply is one to drop.
+        self._unanswered.add(request_id)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SEND_TIMEOUT) as bound:
+            try:
+                await self._stream.send(line)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                self.alive = False
+                raise WorkerExited("the worker's stdin is closed") from exc
+        if bound.cancelled_caught:
             self.alive = False
-            raise WorkerExited("the worker's stdin is closed") from exc
+            raise WorkerExited(f"the worker took no request for {SEND_TIMEOUT:g} s")
         return request_id
 
     async def receive_reply(self, request_id: str) -> Reply:
-        """The reply to ``request_id``; any other frame is a protocol violation."""
-        frame = await self._next_frame()
-        if not isinstance(frame, Reply):
-            raise ProtocolViolation(f"expected a reply, got a {type(frame).__name__}")
-        if frame.id != request_id:
-            raise ProtocolViolation(f"reply for {frame.id!r} while waiting for {request_id!r}")
-        return frame
+        """The reply to ``request_id``. Replies to earlier requests whose callers gave up are
+        dropped on the way; any other frame is a protocol violation."""
+        while True:
+            frame = await self._next_frame()
+            if not isinstance(frame, Reply):
+                raise ProtocolViolation(f"expected a reply, got a {type(frame).__name__}")
+            if frame.id == request_id:
+                self._unanswered.discard(request_id)
+                return frame
+            if frame.id is None or frame.id not in self._unanswered:
+                raise ProtocolViolation(f"reply for {frame.id!r} while waiting for {request_id!r}")
+            self._unanswered.discard(frame.id)
 
     async def request(self, op: str, **args: Any) -> Reply:
         return await self.receive_reply(await self.send(op, **args))
