@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
-from orchestrator.http._events import terminal_events
+from orchestrator.http._events import first_read, terminal_events
 from orchestrator.http._openapi import openapi_document
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
 from orchestrator.mcp_server import current_http_request, streamable_http_app
@@ -127,13 +127,8 @@ class _Api:
         tenant = request.scope[TENANT_SCOPE_KEY]
         terminal_id = request.path_params["terminal_id"]
         since = request.query_params.get("since_offset") or request.headers.get("last-event-id")
-        arguments = {
-            "operation": "read",
-            "terminal_id": terminal_id,
-            "since_offset": int(since) if since and since.isdigit() else (since or 0),
-        }
         task = request.headers.get(TASK_HEADER)
-        first = await self.orchestrator.call("terminal", arguments, tenant=tenant, task=task)
+        first = await first_read(self.orchestrator, tenant, task, terminal_id, since)
         if first.is_error:
             return answer(first.structured)
         stream = terminal_events(self.orchestrator, tenant, task, terminal_id, first.structured)

@@ -7,6 +7,10 @@ Events (each ``data`` is the tool's structured result of one ``wait``, as JSON o
 - ``error``: a ``wait`` failed (the session ended, say); the stream ends;
 - ``reconnect``: this request reached ``STREAM_MAX_SECONDS``; resume from its ``next_offset``.
 A comment line is sent when a wait ends without output, so proxies keep the connection open.
+
+The cursor (``since_offset``, else ``Last-Event-ID``, else 0) is taken only as ASCII digits. The
+terminal's owner is checked before the cursor decides anything: a caller who may not see the
+terminal gets its "not found" whatever cursor it gave, as for any other route.
 """
 
 from __future__ import annotations
@@ -17,12 +21,41 @@ from typing import Any
 
 import anyio
 
+from orchestrator.errors import InvalidArgumentError
+from orchestrator.http._routes import query_integer
 from orchestrator.orchestrator import Orchestrator
+from orchestrator.terminal_args import MAX_CURSOR, MIN_READ_BYTES
+from orchestrator.tools import ToolResult
 
 # Each wait returns at least this often, and a keep-alive comment goes out when it had nothing.
 STREAM_WAIT_MS = 10_000
 # One request streams at most this long; the client reconnects from the last id it saw.
 STREAM_MAX_SECONDS = 600.0
+
+
+async def first_read(
+    orchestrator: Orchestrator,
+    tenant: str,
+    task: str | None,
+    terminal_id: str,
+    since: str | None,
+) -> ToolResult:
+    """The ``read`` a stream starts with, from the cursor ``since`` (as the request gave it)."""
+    cursor = query_integer(since) if since else 0
+    read = {"operation": "read", "terminal_id": terminal_id}
+    if cursor is not None and 0 <= cursor <= MAX_CURSOR:
+        return await orchestrator.call(
+            "terminal", {**read, "since_offset": cursor}, tenant=tenant, task=task
+        )
+    # The least read there is, only to learn whether the caller may see this terminal at all.
+    probe = {**read, "since_offset": 0, "max_bytes": MIN_READ_BYTES}
+    owned = await orchestrator.call("terminal", probe, tenant=tenant, task=task)
+    if owned.is_error:
+        return owned
+    error = InvalidArgumentError(
+        f"since_offset (or Last-Event-ID) must be an integer in [0, {MAX_CURSOR}] in ASCII digits"
+    )
+    return ToolResult({"success": False, **error.to_dict()}, str(error))
 
 
 def event(name: str, data: dict[str, Any], *, event_id: int | None = None) -> bytes:

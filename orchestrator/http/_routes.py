@@ -13,8 +13,15 @@ from orchestrator.errors import InvalidArgumentError
 from orchestrator.tools import TOOLS, Operation
 
 # A query value that looks like an integer is passed as one to an integer argument; anything
-# else is passed as the string it is, and the tool refuses it like any other wrong type.
-_INTEGER = re.compile(r"-?[0-9]{1,30}")
+# else is passed as the string it is, and the tool refuses it like any other wrong type. ASCII
+# digits only (``str.isdigit`` and ``int`` take "²" and "١٢" too), and no more of them than any
+# bound of ours needs (cursors stop at 2**62, 19 digits).
+_INTEGER = re.compile(r"-?[0-9]{1,19}", re.ASCII)
+
+
+def query_integer(value: str) -> int | None:
+    """``value`` as an integer if it is one, strictly (see ``_INTEGER``); else None."""
+    return int(value) if _INTEGER.fullmatch(value) else None
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,8 @@ class RestRoute:
         for name in self.query:
             if name in query:
                 value = query[name]
-                arguments[name] = (
-                    int(value) if name in integers and _INTEGER.fullmatch(value) else value
-                )
+                number = query_integer(value) if name in integers else None
+                arguments[name] = value if number is None else number
         arguments.update({name: path[name] for name in self.path_params})
         arguments["operation"] = self.operation
         return arguments

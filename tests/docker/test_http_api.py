@@ -307,6 +307,37 @@ async def test_terminal_output_streams_as_server_sent_events_until_exit(client: 
     assert "line-3" in by_header.text and "line-2" not in by_header.text
 
 
+BAD_CURSORS = ["²", "١٢", "-1", "9" * 40, str(2**62 + 1), "1e3", " 7", "7\n", "0x10"]
+
+
+async def test_a_malformed_cursor_is_refused_after_the_owner_is_checked(client: Client) -> None:
+    """Only ASCII digits are a cursor ("²".isdigit() is true); a caller who may not see the
+    terminal hears "not found" whatever the cursor, its owner hears invalid_argument."""
+    a, b = client(KEY_A), client(KEY_B)
+    with anyio.fail_after(CALL_TIMEOUT * 2):
+        start = {"operation": "start", "command": "echo hi", "use_pty": False}
+        terminal = (await ok(await a.post("/v1/terminal", json=start)))["terminal_id"]
+        unknown = "term_" + "0" * 32
+        events = f"/v1/terminals/{terminal}/events"
+        for cursor in BAD_CURSORS:
+            by_query = await a.get(events, params={"since_offset": cursor})
+            read = await a.get(f"/v1/terminals/{terminal}", params={"since_offset": cursor})
+            for response in (by_query, read):
+                assert response.status_code == 400, (cursor, response.text)
+                assert response.json()["error_type"] == "invalid_argument"
+            if cursor.isprintable() and cursor.strip() == cursor:  # a valid header value
+                by_header = await a.get(events, headers={b"Last-Event-ID": cursor.encode()})
+                assert by_header.status_code == 400, cursor
+            other = await b.get(events, params={"since_offset": cursor})
+            missing = await b.get(
+                f"/v1/terminals/{unknown}/events", params={"since_offset": cursor}
+            )
+            assert other.status_code == missing.status_code == 404, cursor
+            assert other.json() == json.loads(missing.text.replace(unknown, terminal))
+        resumed = await a.get(events, params={"since_offset": "1"})
+        assert resumed.status_code == 200 and "event: exit" in resumed.text
+
+
 @contextlib.asynccontextmanager
 async def serving(app: Any) -> AsyncIterator[str]:
     """uvicorn on a loopback port bound before it starts; the base URL."""
