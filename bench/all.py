@@ -14,7 +14,16 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("repl", "session_ready", "terminal", "throughput", "density", "runtimes", "restart")
+SCRIPTS = (
+    "repl",
+    "session_ready",
+    "terminal",
+    "http_latency",
+    "throughput",
+    "density",
+    "runtimes",
+    "restart",
+)
 # The longest one (density: 100 sessions) takes a few minutes on two cores.
 SCRIPT_TIMEOUT = 1800
 

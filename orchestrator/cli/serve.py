@@ -44,7 +44,7 @@ from orchestrator.cli._common import reported_errors, stderr
 from orchestrator.cli.image import with_image
 from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.http import build_app
+from orchestrator.http import HttpProtocol, build_app
 from orchestrator.orchestrator import MAX_POOL_SIZE, Orchestrator
 from orchestrator.policy import load_policy
 from orchestrator.tenants import LOCAL_KEY_FILE, LOCAL_TENANT, TenantKeys, data_dir, local_tenant
@@ -233,6 +233,7 @@ async def _serve(
             await _warm_pool(orchestrator)
         server_config = uvicorn.Config(
             build_app(orchestrator, keys, host=host),
+            http=HttpProtocol,
             lifespan="on",
             log_level="info",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_TIMEOUT,

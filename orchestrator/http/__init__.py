@@ -28,10 +28,12 @@ backend_unavailable 503; and 401 (``unauthenticated``), 413 for a body over the 
 from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of
 from orchestrator.http._auth import current_tenant
 from orchestrator.http._openapi import openapi_document
+from orchestrator.http._server import HttpProtocol
 
 __all__ = [
     "MAX_BODY_BYTES",
     "STATUS_BY_ERROR_TYPE",
+    "HttpProtocol",
     "build_app",
     "current_tenant",
     "openapi_document",
