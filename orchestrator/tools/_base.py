@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.backend.docker import NotFoundError
 from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
+from orchestrator.tools._unicode import valid_unicode
 
 if TYPE_CHECKING:
     from orchestrator.orchestrator import Orchestrator
@@ -103,6 +104,8 @@ async def call_tool(
         log.exception("%s.%s failed", tool.name, operation_name)
         fields = {"success": False, "error_type": "internal", "error_message": "internal error"}
     structured = {"success": fields.pop("success", True), "operation": operation_name, **fields}
+    # The one place every interface passes through: what leaves here is text UTF-8 can carry.
+    structured = valid_unicode(structured)
     return ToolResult(structured, _text(tool.name, structured))
 
 

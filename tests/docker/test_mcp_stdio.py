@@ -185,8 +185,8 @@ async def test_sigterm_tears_down_every_session_while_stdin_is_still_open(
     )
     try:
         with anyio.fail_after(SCENARIO_TIMEOUT):
-            frames = _Frames(process)
-            await frames.request("initialize", _initialize_params())
+            frames = Frames(process)
+            await frames.request("initialize", initialize_params())
             await frames.notify("notifications/initialized")
             arguments = {"operation": "execute", "code": "1"}
             reply = await frames.request(
@@ -205,7 +205,7 @@ async def test_sigterm_tears_down_every_session_while_stdin_is_still_open(
             await process.aclose()
 
 
-def _initialize_params() -> dict[str, Any]:
+def initialize_params() -> dict[str, Any]:
     return {
         "protocolVersion": "2025-06-18",
         "capabilities": {},
@@ -213,7 +213,7 @@ def _initialize_params() -> dict[str, Any]:
     }
 
 
-class _Frames:
+class Frames:
     """Raw newline-delimited JSON-RPC with a server process: stdin stays open until we close it."""
 
     def __init__(self, process: Process) -> None:
@@ -226,9 +226,14 @@ class _Frames:
     async def notify(self, method: str) -> None:
         await self._send({"jsonrpc": "2.0", "method": method})
 
-    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def send(self, method: str, params: dict[str, Any]) -> int:
+        """Send a request without waiting for its reply; its id."""
         request_id, self._next_id = self._next_id, self._next_id + 1
         await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return request_id
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = await self.send(method, params)
         while True:
             frame = json.loads(await self._line())
             if frame.get("id") == request_id:
