@@ -1,7 +1,8 @@
 """The HTTP API: REST over the tool layer, an OpenAPI document, API keys, and terminal output
 as server-sent events. No logic of its own: every route is one ``Orchestrator.call``.
 
-Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``):
+Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, and ``/.well-known/*``,
+which answers 404: there is no OAuth discovery to find):
 
     GET    /healthz                              liveness
     GET    /openapi.json                         OpenAPI 3.1, made from the tool schemas
@@ -21,8 +22,9 @@ Every answer's body is the structured result (``success`` first). The status: 20
 answer, including a failure of the work itself (the user's ZeroDivisionError, a timeout); for a
 failed request, by ``error_type``: invalid_argument 400, policy 403, session_not_found 404 (an
 unknown id and another tenant's alike), busy 409, quota_exceeded 429, internal 500,
-backend_unavailable 503; and 401 (``unauthenticated``), 413 for a body over the cap, 404/405
-(``invalid_argument``) for an unknown route or method.
+backend_unavailable 503; and 401 (``unauthenticated``; at ``/mcp`` also a JSON-RPC error, so
+MCP clients raise it as such), 413 for a body over the cap, 404/405 (``invalid_argument``) for an
+unknown route or method.
 """
 
 from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of

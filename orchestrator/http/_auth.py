@@ -1,5 +1,11 @@
 """API keys on every request: ``Authorization: Bearer <key>`` names the tenant, or the request is
-answered 401 before it reaches any route.
+answered 401 before it reaches any route. ``/healthz`` and discovery under ``/.well-known/`` need
+no key: MCP clients probe ``/.well-known/oauth-*`` before connecting, and a 404 tells them there is
+no OAuth here (a 401 made them report a failed discovery).
+
+The 401 body is JSON with ``error_type: unauthenticated``; at ``/mcp`` it is also a JSON-RPC
+error, which the MCP SDK's client raises as it is (``MCPError``, its message and ``data``) where
+any other body becomes a generic "Server returned an error response".
 
 The tenant travels three ways, for three readers: ``scope["sbx.tenant"]`` for the REST routes,
 ``current_tenant()`` (a context variable, set for the duration of the request) for the MCP
@@ -11,10 +17,11 @@ from __future__ import annotations
 
 import json
 from contextvars import ContextVar
-from typing import Final
+from typing import Any, Final
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp_types import INVALID_REQUEST
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -22,6 +29,9 @@ from orchestrator.tenants import TenantKeys, hash_key
 
 TENANT_SCOPE_KEY: Final = "sbx.tenant"
 PUBLIC_PATHS: Final = frozenset({"/healthz"})
+# Discovery documents (RFC 8615): none exists here, and saying so needs no key.
+PUBLIC_PREFIX: Final = "/.well-known/"
+MCP_PATH: Final = "/mcp"
 # Not one of the tool layer's error types: the request never reached a tool.
 UNAUTHENTICATED: Final = "unauthenticated"
 
@@ -49,15 +59,13 @@ class BearerAuth:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan" or (
-            scope["type"] == "http" and scope["path"] in PUBLIC_PATHS
-        ):
+        if scope["type"] == "lifespan" or (scope["type"] == "http" and is_public(scope["path"])):
             await self.app(scope, receive, send)
             return
         key = bearer_key(scope)
         tenant = self.keys.tenant_for(key) if key is not None else None
         if tenant is None or key is None:
-            await _refuse(scope, send)
+            await _refuse(scope, send, key_given=key is not None)
             return
         token = AccessToken(token=hash_key(key), client_id=tenant, scopes=[])
         scope = {
@@ -73,26 +81,40 @@ class BearerAuth:
             _current_tenant.reset(reset)
 
 
-async def _refuse(scope: Scope, send: Send) -> None:
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
+
+
+def refusal_body(path: str, error_type: str, message: str) -> dict[str, Any]:
+    """The body of a request refused before any route: the result shape every answer has, and at
+    ``/mcp`` a JSON-RPC error too (``id`` null: the request was not read), whose message starts
+    with the error type and whose ``data`` carries it."""
+    body: dict[str, Any] = {"success": False, "error_type": error_type, "error_message": message}
+    if path == MCP_PATH:
+        error = {"code": INVALID_REQUEST, "message": f"{error_type}: {message}", "data": body}
+        body = {"jsonrpc": "2.0", "id": None, "error": error, **body}
+    return body
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    body: dict[str, Any],
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    raw = json.dumps(body).encode()
+    fixed = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    start = {"type": "http.response.start", "status": status, "headers": fixed + (headers or [])}
+    await send(start)
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def _refuse(scope: Scope, send: Send, *, key_given: bool) -> None:
     if scope["type"] != "http":
         await send({"type": "websocket.close", "code": 1008})
         return
-    body = json.dumps(
-        {
-            "success": False,
-            "error_type": UNAUTHENTICATED,
-            "error_message": "a valid API key is required: Authorization: Bearer <key>",
-        }
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="sbx"'),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    message = "a valid API key is required: Authorization: Bearer <key>"
+    # RFC 6750: a key that was given and is not valid is an "invalid_token".
+    challenge = b'Bearer realm="sbx", error="invalid_token"' if key_given else b'Bearer realm="sbx"'
+    body = refusal_body(scope["path"], UNAUTHENTICATED, message)
+    await send_json(send, 401, body, [(b"www-authenticate", challenge)])
