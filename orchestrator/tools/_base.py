@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.backend.docker import NotFoundError
 from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
+from orchestrator.tools._text import render_text
 from orchestrator.tools._unicode import valid_unicode
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ def _plain(prop: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What a call answers: structured content (``success`` first) and a short text for people."""
+    """What a call answers: structured content (``success`` first, the contract) and its text
+    rendering (``render_text``) for clients that show a model only text."""
 
     structured: dict[str, Any]
     text: str
@@ -106,7 +108,7 @@ async def call_tool(
     structured = {"success": fields.pop("success", True), "operation": operation_name, **fields}
     # The one place every interface passes through: what leaves here is text UTF-8 can carry.
     structured = valid_unicode(structured)
-    return ToolResult(structured, _text(tool.name, structured))
+    return ToolResult(structured, render_text(tool.name, structured))
 
 
 def _operation(tool: Tool, arguments: Any) -> Operation:
@@ -130,18 +132,3 @@ def _parse(operation: Operation, arguments: dict[str, Any]) -> ToolArgs:
             for e in exc.errors()[:5]
         )
         raise InvalidArgumentError(f"{operation.name}: {problems}") from None
-
-
-def _text(tool: str, structured: dict[str, Any]) -> str:
-    """A short human-readable summary; the structured content is the contract."""
-    head = f"{tool}.{structured.get('operation')}: " + (
-        "ok" if structured["success"] else str(structured.get("error_type"))
-    )
-    lines = [head]
-    if structured.get("error_message"):
-        lines.append(str(structured["error_message"]))
-    for key in ("stdout", "output", "result_repr", "stderr", "traceback"):
-        value = structured.get(key)
-        if isinstance(value, str) and value:
-            lines.append(f"{key}:\n{value.rstrip()}")
-    return "\n".join(lines)
