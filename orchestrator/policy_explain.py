@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from orchestrator.arguments import check_code
-from orchestrator.command_policy import check_command_text, decide, programs
+from orchestrator.command_policy import check_command_text, decide, match_texts, matches, programs
 from orchestrator.policy import Policy
 from orchestrator.policy_rules import UNNAMED, python_rule
 from orchestrator.worker.modpolicy import ModulePolicy
@@ -236,8 +236,9 @@ def _command_findings(text: str, policy: Policy, *, confirm_dangerous: bool) -> 
     if not shell.enabled:
         return [Finding("shell.enabled", "deny", "shells, terminals and processes are disabled")]
     found = [Finding("shell.enabled", "allow", "shells are enabled")]
+    texts = match_texts(text)
     for pattern in shell.deny_patterns:
-        if re.search(pattern, text):
+        if matches(pattern, texts):
             found.append(Finding(f"shell.deny_patterns[{pattern!r}]", "deny", "matches"))
     if shell.allow_commands is not None:
         for program in programs(text):
@@ -247,7 +248,7 @@ def _command_findings(text: str, policy: Policy, *, confirm_dangerous: bool) -> 
             found.append(Finding("shell.allow_commands", verdict, reason))
     confirmed = confirm_dangerous or not shell.require_confirm_dangerous
     for pattern in shell.dangerous_patterns:
-        if re.search(pattern, text):
+        if matches(pattern, texts):
             reason = "dangerous, confirmed" if confirmed else "dangerous: needs confirm_dangerous"
             verdict = "allow" if confirmed else "deny"
             found.append(Finding(f"shell.dangerous_patterns[{pattern!r}]", verdict, reason))
