@@ -8,13 +8,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import pydantic
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.backend.docker import NotFoundError
 from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
+from orchestrator.tools._arguments import read_arguments
+from orchestrator.tools._schema import field_uses, input_schema, is_map
 from orchestrator.tools._text import render_text
 from orchestrator.tools._unicode import valid_unicode
 
@@ -41,6 +43,12 @@ class Operation:
     args: type[ToolArgs]
     handler: Handler
 
+    @cached_property
+    def map_fields(self) -> frozenset[str]:
+        """Arguments that are str-to-str maps, which also take a list of ``{name, value}``."""
+        properties = self.args.model_json_schema().get("properties", {})
+        return frozenset(name for name, prop in properties.items() if is_map(prop))
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -49,25 +57,18 @@ class Tool:
     operations: Mapping[str, Operation]
 
     def input_schema(self) -> dict[str, Any]:
-        """One JSON schema for the tool: ``operation`` as an enum, every argument described."""
-        properties: dict[str, Any] = {
-            "operation": {
-                "type": "string",
-                "enum": list(self.operations),
-                "description": "; ".join(
-                    f"{o.name}: {o.description}" for o in self.operations.values()
-                ),
-            }
+        """One JSON schema for the tool: ``operation`` as an enum, every argument described
+        (the shape is in ``orchestrator.tools._schema``)."""
+        return input_schema(self.description, self.operations)
+
+    @cached_property
+    def unset_values(self) -> Mapping[str, tuple[Any, ...]]:
+        """Per argument of any operation, the values that leave it unset where an operation does
+        not use it: null, and each default it is advertised with."""
+        return {
+            name: (None, *(p["default"] for _, p in uses if p.get("default") is not None))
+            for name, uses in field_uses(self.operations).items()
         }
-        for operation in self.operations.values():
-            schema = operation.args.model_json_schema()
-            for name, prop in schema.get("properties", {}).items():
-                properties.setdefault(name, _plain(prop))
-        return {"type": "object", "properties": properties, "required": ["operation"]}
-
-
-def _plain(prop: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in prop.items() if k != "title"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ async def call_tool(
     operation_name = arguments.get("operation") if isinstance(arguments, dict) else None
     try:
         operation = _operation(tool, arguments)
-        args = _parse(operation, arguments)
+        args = read_arguments(tool, operation, arguments)
         try:
             fields = await operation.handler(orchestrator, tenant, args)
         except NotFoundError as exc:
@@ -119,16 +120,3 @@ def _operation(tool: Tool, arguments: Any) -> Operation:
         known = ", ".join(tool.operations)
         raise InvalidArgumentError(f"operation must be one of: {known}")
     return tool.operations[name]
-
-
-def _parse(operation: Operation, arguments: dict[str, Any]) -> ToolArgs:
-    given = {k: v for k, v in arguments.items() if k != "operation"}
-    try:
-        return operation.args.model_validate(given)
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: "
-            + ("unknown argument" if e["type"] == "extra_forbidden" else e["msg"])
-            for e in exc.errors()[:5]
-        )
-        raise InvalidArgumentError(f"{operation.name}: {problems}") from None

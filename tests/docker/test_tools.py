@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator
+from orchestrator.tools import TOOLS
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -284,3 +285,55 @@ async def test_a_fork_bomb_in_a_terminal_hurts_only_its_own_session(
                 command="echo back",
             )
         assert recovered["stdout"] == "back\n"
+
+
+def every_field(tool: str, **given: Any) -> dict[str, Any]:
+    """The call a client makes that sends every field of the tool's schema (OpenAI strict mode,
+    mcp-use): null wherever the operation does not need a value."""
+    names = TOOLS[tool].input_schema()["properties"]
+    return {**dict.fromkeys(names), **given}
+
+
+async def test_calls_that_send_every_field_null_where_unused_run_a_whole_session(
+    orch: Orchestrator,
+) -> None:
+    async def strict(tool: str, **given: Any) -> dict[str, Any]:
+        result = await orch.call(tool, every_field(tool, **given))
+        assert result.structured["success"], (tool, given, result.structured)
+        return result.structured
+
+    sid = (await strict("python_repl", operation="execute", code="x = 41"))["session_id"]
+    assert (await strict("python_repl", operation="execute", session_id=sid, code="x + 1"))[
+        "result_repr"
+    ] == "42"
+    for operation in ("history", "history_context", "list_variables"):
+        await strict("python_repl", operation=operation, session_id=sid)
+    await strict("python_repl", operation="inspect", session_id=sid, variable_name="x")
+    assert (await strict("python_repl", operation="list_sessions"))["count"] == 1
+
+    env = [{"name": "GREETING", "value": "hi"}]
+    shell = await strict("terminal", operation="run", session_id=sid, command="echo ok")
+    assert shell["stdout"] == "ok\n"
+    started = await strict(
+        "terminal", operation="start", session_id=sid, command="echo $GREETING; cat", env=env
+    )
+    tid = started["terminal_id"]
+    await strict("terminal", operation="write", terminal_id=tid, input_text="more\n")
+    await strict("terminal", operation="wait", terminal_id=tid)
+    await strict("terminal", operation="read", terminal_id=tid)
+    await strict("terminal", operation="kill", terminal_id=tid)
+
+    spawned = await strict("process", operation="start", session_id=sid, command="sleep 60")
+    await strict("process", operation="list")
+    await strict("process", operation="read_output", process_id=spawned["process_id"])
+    await strict("process", operation="kill", process_id=spawned["process_id"])
+
+    await strict("files", operation="write", session_id=sid, path="a.txt", content="hi")
+    assert (await strict("files", operation="read", session_id=sid, path="a.txt"))[
+        "content"
+    ] == "hi"
+    await strict("files", operation="list", session_id=sid)
+
+    await strict("session", operation="pause", session_id=sid)
+    await strict("session", operation="resume", session_id=sid)
+    await strict("python_repl", operation="destroy", session_id=sid)
