@@ -1,8 +1,9 @@
 """MCP over the tool layer: the four tools of ``orchestrator.tools``, with their exact JSON schemas,
 served with the official ``mcp`` SDK over stdio (``sbx mcp``) or streamable HTTP (``sbx serve``).
 No logic of its own: a call goes to ``Orchestrator.call`` and its ``ToolResult`` comes back as the
-structured content (``success`` first; ``error_type`` and ``error_message`` on failure), the short
-text as text content, and ``isError`` from ``is_error``.
+structured content (``success`` first; ``error_type`` and ``error_message`` on failure), its text
+rendering as text content, and ``isError`` from ``is_error``: true only when the call itself
+failed (``CALL_FAILURES``), never for what user code did (docs/tool-contract.md).
 
 Public API:
 

@@ -1,6 +1,13 @@
 """The tool layer: the four tools of the contract, shared by every interface."""
 
-from orchestrator.tools._base import Operation, Tool, ToolArgs, ToolResult, call_tool
+from orchestrator.tools._base import (
+    CALL_FAILURES,
+    Operation,
+    Tool,
+    ToolArgs,
+    ToolResult,
+    call_tool,
+)
 from orchestrator.tools.files import FILES_TOOL
 from orchestrator.tools.process import PROCESS_TOOL
 from orchestrator.tools.python_repl import PYTHON_REPL
@@ -12,6 +19,7 @@ TOOLS: dict[str, Tool] = {
 }
 
 __all__ = [
+    "CALL_FAILURES",
     "FILES_TOOL",
     "PROCESS_TOOL",
     "PYTHON_REPL",

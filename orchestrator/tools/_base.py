@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,6 +31,23 @@ class ToolArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+
+# Failures of the call itself: a wrong request, something not found or not allowed, or nothing
+# that could do the work. Every other error_type (an exception user code raised, "timeout",
+# "validation" and "import_blocked" about the code, "process_crashed", "output_limit") reports
+# what the work did: the call completed, with ``success: false``.
+CALL_FAILURES: Final = frozenset(
+    {
+        "invalid_argument",
+        "session_not_found",
+        "policy",
+        "quota_exceeded",
+        "busy",
+        "backend_unavailable",
+        "internal",
+        "unauthenticated",
+    }
+)
 
 Fields = dict[str, Any]
 Handler = Callable[["Orchestrator", str | None, Any], Awaitable[Fields]]
@@ -81,7 +98,12 @@ class ToolResult:
 
     @property
     def is_error(self) -> bool:
-        return not self.structured.get("success", False)
+        """Whether the call itself failed (MCP ``isError``, a REST status other than 200), as
+        opposed to completing with ``success: false`` about what user code did."""
+        if self.structured.get("success", False):
+            return False
+        error_type = self.structured.get("error_type")
+        return error_type is None or error_type in CALL_FAILURES
 
 
 async def call_tool(
