@@ -63,7 +63,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from orchestrator.tools import TOOLS
+from orchestrator.tools import TOOLS, Tool
 
 if TYPE_CHECKING:
     from orchestrator.orchestrator import Orchestrator
@@ -73,6 +73,7 @@ __all__ = [
     "TenantResolver",
     "build_mcp_server",
     "current_http_request",
+    "mcp_tool",
     "serve_stdio",
     "streamable_http_app",
 ]
@@ -84,6 +85,8 @@ INSTRUCTIONS = (
     "to every later call (files and process need it). End it with python_repl destroy. Every "
     "result is structured content with `success`, and `error_type`/`error_message` on failure."
 )
+UNKNOWN_TOOL = f"unknown tool; the tools are: {', '.join(TOOLS)}"
+READ_ONLY_OPERATIONS_META = "sbx/readOnlyOperations"
 # A stdin read asks for at most this much; a frame longer than this arrives in several reads.
 STDIN_CHUNK_BYTES = 1 << 16
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -101,14 +104,7 @@ def current_http_request() -> Request | None:
 
 def build_mcp_server(orchestrator: Orchestrator, *, tenant: TenantResolver) -> Server[Any]:
     """An MCP server exposing the tools of ``orchestrator.tools`` on ``orchestrator``."""
-    listing = types.ListToolsResult(
-        tools=[
-            types.Tool(
-                name=tool.name, description=tool.description, input_schema=tool.input_schema()
-            )
-            for tool in TOOLS.values()
-        ]
-    )
+    listing = types.ListToolsResult(tools=[mcp_tool(tool) for tool in TOOLS.values()])
     schemas = {tool.name: tool.input_schema for tool in listing.tools}
 
     async def list_tools(
@@ -125,6 +121,8 @@ def build_mcp_server(orchestrator: Orchestrator, *, tenant: TenantResolver) -> S
         # Omitted arguments are an empty object: the tool layer then names the missing operation.
         arguments = params.arguments or {}
         result = await orchestrator.call(params.name, arguments, tenant=caller, task=task)
+        if params.name not in TOOLS:  # called all the same, so the audit log records it
+            raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
         return types.CallToolResult(
             content=[types.TextContent(text=result.text)],
             structured_content=result.structured,
@@ -141,6 +139,26 @@ def build_mcp_server(orchestrator: Orchestrator, *, tenant: TenantResolver) -> S
         get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+    )
+
+
+def mcp_tool(tool: Tool) -> types.Tool:
+    """A tool of the contract as MCP lists it: schemas, title, hints (see ``Tool``), and the read
+    operations under ``_meta``, since MCP's hints describe a whole tool."""
+    return types.Tool(
+        name=tool.name,
+        title=tool.title or None,
+        description=tool.description,
+        input_schema=tool.input_schema(),
+        output_schema=tool.output_schema(),
+        annotations=types.ToolAnnotations(
+            title=tool.title or None,
+            read_only_hint=tool.read_only,
+            destructive_hint=not tool.read_only,
+            idempotent_hint=tool.idempotent,
+            open_world_hint=tool.open_world,
+        ),
+        _meta={READ_ONLY_OPERATIONS_META: sorted(tool.read_only_operations)},
     )
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.backend.docker import NotFoundError
 from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
 from orchestrator.tools._arguments import read_arguments
-from orchestrator.tools._schema import field_uses, input_schema, is_map
+from orchestrator.tools._schema import field_uses, input_schema, is_map, output_schema
 from orchestrator.tools._text import render_text
 from orchestrator.tools._unicode import valid_unicode
 
@@ -69,9 +69,27 @@ class Operation:
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool of the contract. The hints describe the whole tool, whose operations mix reads and
+    writes: it is read-only only when every operation is; it may destroy (overwrite a file, end
+    a session or a process) whenever one operation writes; ``idempotent`` when repeating any call
+    has no further effect; ``open_world`` when what runs may reach the network a policy allows.
+    ``read_only_operations`` names the reads, for clients that look per operation."""
+
     name: str
     description: str
     operations: Mapping[str, Operation]
+    title: str = ""
+    read_only_operations: frozenset[str] = frozenset()
+    idempotent: bool = False
+    open_world: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_operations >= set(self.operations)
+
+    def output_schema(self) -> dict[str, Any]:
+        """The envelope every result of the tool shares; operations add their own fields."""
+        return output_schema()
 
     def input_schema(self) -> dict[str, Any]:
         """One JSON schema for the tool: ``operation`` as an enum, every argument described
@@ -114,6 +132,8 @@ async def call_tool(
     tenant: str | None = None,
 ) -> ToolResult:
     operation_name = arguments.get("operation") if isinstance(arguments, dict) else None
+    if not isinstance(operation_name, str):
+        operation_name = None  # the result names an operation only when one was named
     try:
         operation = _operation(tool, arguments)
         args = read_arguments(tool, operation, arguments)

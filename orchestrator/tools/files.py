@@ -73,6 +73,9 @@ async def _download(orch: Orchestrator, tenant: str | None, args: PathArgs) -> F
 
 FILES_TOOL = Tool(
     name="files",
+    title="Session files",
+    read_only_operations=frozenset({"read", "list", "download"}),
+    idempotent=True,
     description="Read and write a session's files under /workspace; archives in and out as tar.",
     operations={
         op.name: op

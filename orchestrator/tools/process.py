@@ -74,6 +74,9 @@ async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Field
 
 PROCESS_TOOL = Tool(
     name="process",
+    title="Background processes",
+    read_only_operations=frozenset({"list", "read_output"}),
+    open_world=True,
     description=(
         "Long-running background processes (servers, watchers) in a session's container, each "
         "in its own process group with a size-capped log."

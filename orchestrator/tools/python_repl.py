@@ -108,6 +108,11 @@ async def _list_variables(orch: Orchestrator, tenant: str | None, args: SessionA
 
 PYTHON_REPL = Tool(
     name="python_repl",
+    title="Python REPL",
+    read_only_operations=frozenset(
+        {"list_sessions", "history", "history_context", "inspect", "list_variables"}
+    ),
+    open_world=True,
     description=(
         "A persistent Python REPL in an isolated container: variables, imports and definitions "
         "survive between calls of the same session."

@@ -49,6 +49,8 @@ async def _close_owner(orch: Orchestrator, tenant: str | None, args: CloseOwnerA
 
 SESSION_TOOL = Tool(
     name="session",
+    title="Session control",
+    idempotent=True,
     description=(
         "Whole-session and owner operations: pause freezes every process of a session (its "
         "state and files kept); resume thaws it (any other call on a paused session does too). "

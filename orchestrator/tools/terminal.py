@@ -178,6 +178,9 @@ async def _run(orch: Orchestrator, tenant: str | None, args: RunArgs) -> Fields:
 
 TERMINAL_TOOL = Tool(
     name="terminal",
+    title="Terminals and shell",
+    read_only_operations=frozenset({"read", "wait"}),
+    open_world=True,
     description=(
         "Commands in a session's container: terminals (PTY or pipes) with output cursors, "
         "input, signals and resize; and `run` in a persistent shell that keeps cwd and exports."

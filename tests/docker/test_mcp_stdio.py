@@ -17,8 +17,8 @@ import docker
 import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
-from mcp import Client, StdioServerParameters
-from mcp_types import CallToolResult
+from mcp import Client, MCPError, StdioServerParameters
+from mcp_types import INVALID_PARAMS, CallToolResult
 
 from orchestrator.backend.base import LABEL_ORCHESTRATOR
 from orchestrator.images import ImageBuildResult
@@ -58,7 +58,9 @@ async def check_tool_listing(client: Client) -> None:
     # The contract's four, plus whatever else the tool layer serves (DESIGN allows a fifth).
     assert set(tools) >= CONTRACT_TOOLS and set(tools) == set(TOOLS)
     for tool in tools.values():
-        assert tool.description
+        assert tool.description and tool.title and tool.annotations
+        assert tool.annotations.read_only_hint is False  # every tool has operations that write
+        assert tool.output_schema and tool.output_schema["required"] == ["success"]
         schema = tool.input_schema
         assert schema["type"] == "object" and schema["required"] == ["operation"]
         assert schema["properties"]["operation"]["enum"], tool.name
@@ -97,7 +99,6 @@ async def check_wrong_arguments(client: Client) -> None:
         ("python_repl", {"operation": "execute", "code": "1", "timeout_s": "5"}),
         ("python_repl", {"operation": "nope"}),
         ("files", {"operation": "read", "session_id": "x", "path": "a", "surprise": 1}),
-        ("nosuchtool", {"operation": "execute"}),
     ]
     for tool, arguments in wrong:
         result = await client.call_tool(tool, arguments)
@@ -106,6 +107,10 @@ async def check_wrong_arguments(client: Client) -> None:
         assert structured["success"] is False
         assert structured["error_type"] == "invalid_argument", structured
         assert structured["error_message"]
+    # An unknown tool is no tool result but a JSON-RPC error: invalid params.
+    with pytest.raises(MCPError) as refused:
+        await client.call_tool("nosuchtool", {"operation": "execute"})
+    assert refused.value.code == INVALID_PARAMS
     assert (await ok(client, "python_repl", operation="list_sessions"))["count"] == 0
 
 
