@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.backend.base import HOME, SANDBOX_UID, WORKSPACE, ContainerSpec
+from orchestrator.backend.docker._seccomp import profile_json
 
 MIB = 1024 * 1024
 # The container's main process (under docker-init, which reaps zombies) is the orphan watchdog:
@@ -26,6 +27,8 @@ done
 # A probe per STEP is cheap, but hundreds of sessions under gVisor pay for every fork: a tenth
 # of the grace, within these bounds.
 MAX_WATCHDOG_STEP_S = 30
+# Our profile in place of the engine's default (``_seccomp``: as strict, io_uring refused too).
+SECCOMP_OPTIONS: tuple[str, ...] = (f"seccomp={profile_json()}",)
 FIXED_ENV = {
     "HOME": HOME,
     "LANG": "C.UTF-8",
@@ -62,9 +65,8 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "tty": False,
         # Privileges: none, and no way to regain any.
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
+        "security_opt": ["no-new-privileges:true", *SECCOMP_OPTIONS],
         "privileged": False,
-        # The default seccomp profile applies unless unconfined; nothing here unconfines it.
         "read_only": True,
         "tmpfs": {
             "/tmp": _tmpfs(  # noqa: S108 (a path inside the container)
