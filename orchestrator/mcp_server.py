@@ -8,7 +8,8 @@ failed (``CALL_FAILURES``), never for what user code did (docs/tool-contract.md)
 Public API:
 
 - ``build_mcp_server(orchestrator, *, tenant)``: the SDK's low-level ``Server``.
-- ``serve_stdio(orchestrator, *, tenant="local")``: serve one client on stdin/stdout until EOF.
+- ``serve_stdio(orchestrator, *, tenant="local")``: serve one client on stdin/stdout until EOF
+  (``run_stdio(server)`` does it for any server, the forwarding front of ``mcp_forward`` too).
   Stdin is read only once readable, never in a thread a cancel must wait for, so a signal
   handler can stop it while the client still holds the pipe open.
 - ``streamable_http_app(orchestrator, *, tenant, host=...)``: a ``McpHttpApp``, an ASGI app that
@@ -74,7 +75,9 @@ __all__ = [
     "build_mcp_server",
     "current_http_request",
     "mcp_tool",
+    "run_stdio",
     "serve_stdio",
+    "server_version",
     "streamable_http_app",
 ]
 
@@ -134,7 +137,7 @@ def build_mcp_server(orchestrator: Orchestrator, *, tenant: TenantResolver) -> S
 
     return Server(
         SERVER_NAME,
-        version=_version(),
+        version=server_version(),
         instructions=INSTRUCTIONS,
         get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
@@ -173,7 +176,8 @@ def _resolve_tenant(tenant: TenantResolver, request: object) -> str:
     return caller
 
 
-def _version() -> str:
+def server_version() -> str:
+    """The version of sbx installed, as servers announce it."""
     try:
         return importlib.metadata.version("sbx")
     except importlib.metadata.PackageNotFoundError:
@@ -186,7 +190,11 @@ def _version() -> str:
 async def serve_stdio(orchestrator: Orchestrator, *, tenant: str = "local") -> None:
     """Serve one MCP client on this process's stdin/stdout until stdin ends; every call is made
     as ``tenant``. While serving, fd 1 points at stderr so nothing but MCP frames reaches stdout."""
-    server = build_mcp_server(orchestrator, tenant=lambda: tenant)
+    await run_stdio(build_mcp_server(orchestrator, tenant=lambda: tenant))
+
+
+async def run_stdio(server: Server[Any]) -> None:
+    """Serve ``server`` to one MCP client on this process's stdin/stdout until stdin ends."""
     async with stdio_server(stdin=_StdinLines(sys.stdin)) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

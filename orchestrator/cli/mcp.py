@@ -7,6 +7,14 @@ further signals during that teardown are absorbed rather than cutting it short.
 
 Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
 ``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...); ``--policy`` wins over ``SBX_POLICY``.
+
+``--connect URL`` (or ``SBX_CONNECT``) serves no sessions of its own: it forwards every call to
+the ``sbx serve`` at URL (``orchestrator.mcp_forward``) with ``--key`` / ``SBX_API_KEY`` (default:
+the local tenant's key in the data directory) and ``--task`` / ``SBX_TASK``, so sessions outlive
+this process. It needs no engine and no image; EOF and the stop signals end it at once.
+
+Imports that only serving needs are made inside the functions that serve, so the process is
+ready to read its first frame as early as it can be.
 """
 
 from __future__ import annotations
@@ -14,17 +22,19 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import anyio.abc
 import typer
 
 from orchestrator.cli._common import reported_errors
-from orchestrator.cli.image import with_image
-from orchestrator.mcp_server import serve_stdio
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
-from orchestrator.policy import load_policy
+from orchestrator.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.mcp_forward import RemoteSbx
 
 log = logging.getLogger("orchestrator.cli.mcp")
 
@@ -38,6 +48,25 @@ def mcp(
             help="Default policy (name or file) for sessions a call does not name one for."
         ),
     ] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SBX_CONNECT",
+            help="Forward every call to the `sbx serve` at this URL (sessions outlive this "
+            "process); the set-up for clients that start a server per call.",
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SBX_API_KEY",
+            help="API key for --connect (default: the local tenant's, from the data directory).",
+        ),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(envvar="SBX_TASK", help="With --connect: the task every call is made for."),
+    ] = None,
 ) -> None:
     """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
     logging.basicConfig(
@@ -45,15 +74,35 @@ def mcp(
     )
     logging.getLogger("orchestrator").setLevel(logging.INFO)
     with reported_errors():
-        config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
-        config = config.side_by_side("mcp", adopt=True)
-        load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
-        stopped_by = anyio.run(_serve_until_stopped, config)
+        if connect and policy:
+            raise InvalidArgumentError(
+                "--policy is the server's with --connect (or name one per call)"
+            )
+        serve = _forwarding(connect, key, task) if connect else _serving(policy)
+        stopped_by = anyio.run(_serve_until_stopped, serve)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
 
 
-async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
+def _serving(policy: str | None) -> Callable[[], Awaitable[None]]:
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.policy import load_policy
+
+    config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
+    config = config.side_by_side("mcp", adopt=True)
+    load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
+    return lambda: _serve(config)
+
+
+def _forwarding(url: str, key: str | None, task: str | None) -> Callable[[], Awaitable[None]]:
+    from orchestrator.cli.call import resolve_key
+    from orchestrator.mcp_forward import RemoteSbx
+
+    remote = RemoteSbx(url, key=resolve_key(key), task=task)
+    return lambda: _forward(remote)
+
+
+async def _serve_until_stopped(serve: Callable[[], Awaitable[None]]) -> int | None:
     """Serve until EOF (None) or a stop signal (its number); the signal receiver stays open until
     teardown has ended, so a second SIGTERM cannot kill the process halfway through it."""
     received: list[int] = []
@@ -69,7 +118,7 @@ async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
 
             group.start_soon(stop_on_signal)
             try:
-                await _serve(config)
+                await serve()
             except Exception as exc:  # re-raised below, outside the task group's exception group
                 failure.append(exc)
             group.cancel_scope.cancel()
@@ -79,9 +128,21 @@ async def _serve_until_stopped(config: OrchestratorConfig) -> int | None:
 
 
 async def _serve(config: OrchestratorConfig) -> None:
+    from orchestrator.cli.image import with_image
+    from orchestrator.mcp_server import serve_stdio
+    from orchestrator.orchestrator import Orchestrator
+
     config = await with_image(config)
     async with Orchestrator(config) as orchestrator:
         log.info("serving MCP on stdio (orchestrator %s)", orchestrator.orchestrator_id)
         await serve_stdio(orchestrator, tenant=config.tenant)
         log.info("stdin closed")
     log.info("stopped: no session of orchestrator %s is left", orchestrator.orchestrator_id)
+
+
+async def _forward(remote: RemoteSbx) -> None:
+    from orchestrator.mcp_forward import serve_stdio_forwarding
+
+    log.info("serving MCP on stdio, forwarding to %s", remote.endpoint)
+    await serve_stdio_forwarding(remote)
+    log.info("stdin closed")
