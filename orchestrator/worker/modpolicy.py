@@ -1,9 +1,16 @@
 """Which modules restricted code may reach. Names are checked in full: ``a.b`` needs ``a`` and
-``a.b`` in the allowlist, and nothing on its path may be forbidden."""
+``a.b`` in the allowlist, and nothing on its path may be forbidden. Every name is taken as a
+plain ``str`` first: the answers are cached, and a cache keyed by a str subclass that lies
+about its hash or equality would hand its answer to another name."""
 
 from types import ModuleType
+from typing import Any
 
 from .errors import ImportBlockedError
+from .rules import exact_str
+
+# The dictionary of a module object, read without any lookup hook.
+_MODULE_DICT: Any = vars(ModuleType)["__dict__"]
 
 # A compile-time directive, not a module anyone reaches through.
 FUTURE = "__future__"
@@ -19,6 +26,8 @@ class ModulePolicy:
 
     def refusal(self, name: str) -> str | None:
         """Why ``name`` may not be imported, or None when it may."""
+        if type(name) is not str:
+            name = exact_str(name, "module name")
         try:
             return self._answers[name]
         except KeyError:
@@ -43,6 +52,7 @@ class ModulePolicy:
 
     def require(self, name: str) -> None:
         """Raise ImportBlockedError unless ``name`` may be imported."""
+        name = exact_str(name, "module name")
         reason = self.refusal(name)
         if reason is not None:
             raise ImportBlockedError(f"import of '{name}' is blocked: {reason}", name=name)
@@ -50,8 +60,9 @@ class ModulePolicy:
     def require_module(self, module: ModuleType, how: str) -> None:
         """Raise ImportBlockedError unless the module object may be used; ``how`` says how it
         was reached, for the message."""
-        name = module.__dict__.get("__name__")
-        if not isinstance(name, str):
+        namespace = _MODULE_DICT.__get__(module, ModuleType)
+        name = namespace.get("__name__") if type(namespace) is dict else None
+        if type(name) is not str:
             raise ImportBlockedError(f"a module without a name was reached through {how}")
         reason = self.refusal(name)
         if reason is not None:

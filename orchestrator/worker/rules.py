@@ -3,6 +3,21 @@ these sets so that what one allows the other allows too."""
 
 import types
 
+# str's own __str__: for a str subclass it returns a plain copy of the characters, whatever
+# methods the subclass overrides.
+_PLAIN_STR = str.__str__
+
+
+def exact_str(value: object, what: str = "name") -> str:
+    """``value`` as a plain ``str``. A subclass can answer ``startswith``, ``[0]``, ``==`` or
+    ``hash`` as it likes while C code uses its characters; every check must therefore run on a
+    plain copy, and the copy is what is used afterwards."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return _PLAIN_STR(value)  # a TypeError if isinstance lied
+    raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+
 
 def is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
@@ -93,8 +108,15 @@ READABLE_DUNDER_ATTRS = frozenset({"__name__", "__qualname__", "__doc__", "__mod
 WRITABLE_DUNDER_ATTRS = frozenset({"__name__", "__qualname__", "__doc__"})
 # Dunder names a cell may read (``if __name__ == "__main__":``).
 READABLE_DUNDER_NAMES = frozenset({"__name__", "__debug__"})
-# Dunder names a class body may assign (``__slots__ = ...``, ``__hash__ = None``).
-CLASS_BODY_DUNDER_NAMES = frozenset({"__slots__", "__hash__"})
+# Dunder names a class body may assign (``__slots__ = ...``, ``__hash__ = None``,
+# ``__match_args__ = ('x', 'y')``: class patterns read it once, raw, and check the names).
+CLASS_BODY_DUNDER_NAMES = frozenset({"__slots__", "__hash__", "__match_args__"})
+# Dunder keys a class namespace built at run time (``type(name, bases, ns)``, ``types.new_class``,
+# ``make_dataclass(namespace=)``) may hold besides the definable methods: what the compiler
+# itself puts in a class body's namespace.
+CLASS_NAMESPACE_DUNDER_NAMES = frozenset(
+    {*CLASS_BODY_DUNDER_NAMES, "__module__", "__qualname__", "__doc__", "__annotations__"}
+)
 
 # Decorators allowed as bare names, as dotted module paths, and as ``@<name>.<method>``.
 DECORATOR_NAMES = frozenset(
