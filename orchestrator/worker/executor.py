@@ -15,7 +15,7 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from .config import WorkerConfig
-from .errors import RestrictedError
+from .errors import GuardError, ImportBlockedError, RestrictedError
 from .interrupts import InterruptGate
 from .introspect import bounded_repr
 from .restrict import Restrictions
@@ -91,6 +91,7 @@ class Executor:
                 allowed_modules=sorted(config.allowed_modules),
                 forbidden_modules=sorted(config.forbidden_modules),
                 forbidden_builtins=sorted(config.forbidden_builtins),
+                namespace=self.namespace,
             )
             self._builtins = self.restrictions.builtins()
         self._cells = 0
@@ -224,10 +225,18 @@ class Executor:
         )
 
 
+# The refusals the guards raise, matched by identity: a user subclass, a ``__class__`` property
+# or a metaclass ``__eq__`` must not pick the error_type the worker reports.
+_REFUSALS = tuple(
+    (kind, kind.error_type) for kind in (RestrictedError, ImportBlockedError, GuardError)
+)
+
+
 def _error_type(exc: BaseException) -> str:
-    if isinstance(exc, RestrictedError):
-        return exc.error_type
     kind = type(exc)
+    for refusal, error_type in _REFUSALS:
+        if kind is refusal:
+            return error_type
     name = kind.__name__
     if name in RESERVED_ERROR_TYPES:
         return f"{kind.__module__}.{name}"

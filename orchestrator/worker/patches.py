@@ -1,83 +1,76 @@
-"""Process-wide patches for restricted mode, for library code that evaluates strings or walks
-attributes by name on behalf of user code, whatever path led there:
-- ``typing.ForwardRef._evaluate``: string annotations are passed to ``eval()`` by
-  ``typing.get_type_hints`` and ``functools.singledispatch``; only dotted names, subscripts,
-  tuples and ``|`` unions of public names pass, and the result is screened by the guard. A
-  globals dict without ``__builtins__`` (``get_type_hints(f, globalns={})``) gets the restricted
-  ones first: ``eval()`` would otherwise put the real builtins in a dict the caller holds.
+"""Process-wide patches for restricted mode, for library code that evaluates strings, makes
+classes or sets attributes by name on behalf of user code, whatever path led there:
+- ``typing.ForwardRef._evaluate`` and ``typing._eval_type``: string annotations are evaluated
+  by typeeval.py, in guarded namespaces, never with ``eval()`` in a module's globals.
 - ``string.Formatter.get_field``: field traversal (``{0.attr}``) goes through the guard.
-- ``dataclasses._process_class``: field names are pasted into generated source code; only plain
-  identifiers pass, and classes built by a user-defined metaclass are refused.
+- ``dataclasses._process_class`` and ``_get_field``: field names are pasted into generated
+  source code. Only classes a cell defined, with standard metaclasses, pass; the annotations are
+  copied once and checked (plain identifiers), base fields must be real ``Field`` objects with
+  such names, and a cell cannot rename a ``Field`` later (guards.py makes them read-only).
+- ``copy._reconstruct``: the state a ``__reduce__`` result (or an entry of the public
+  ``copy.dispatch_table``) asks for is set as a cell's own writes would be: never on modules,
+  library classes or library functions, never under a dunder name.
+- ``types.new_class`` (and so ``dataclasses.make_dataclass``) and enum's functional API keep the
+  class-body rule (classes.py).
 The worker installs them once; tests undo them with the callable ``install`` returns."""
 
-import ast
+import copy
 import dataclasses
+import enum
 import keyword
 import string
+import sys
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
+from .classes import ClassRules
 from .errors import GuardError
-from .guards import USER_MODULE, AttributeGuard, class_module
-from .rules import is_dunder
+from .guards import TRUSTED_METACLASSES, AttributeGuard, is_session_class, raw_class_attr
+from .rules import exact_str, is_dunder
 from .safe_callables import guarded_get_field
+from .typeeval import Annotations
 
-# Longer than any real annotation; keeps the parse below cheap.
-MAX_FORWARD_REF_CHARS = 500
-_FORWARD_REF_NODES = (
-    ast.Expression,
-    ast.Name,
-    ast.Attribute,
-    ast.Subscript,
-    ast.Tuple,
-    ast.List,
-    ast.Constant,
-    ast.BinOp,
-    ast.BitOr,
-    ast.Load,
-)
 _FIELDS = "__dataclass_fields__"
+_TYPE_DICT = type.__dict__["__dict__"]
+_TYPE_MRO = type.__dict__["__mro__"]
 
 
-def check_forward_ref(text: object) -> None:
-    """Refuse a string annotation that is anything but a plain type expression."""
-    if not isinstance(text, str) or len(text) > MAX_FORWARD_REF_CHARS:
-        raise GuardError("string annotations must be short strings")
-    try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise GuardError(f"string annotation {text[:80]!r} is not a type expression") from None
-    for node in ast.walk(tree):
-        allowed = isinstance(node, _FORWARD_REF_NODES) and not (
-            isinstance(node, ast.BinOp) and not isinstance(node.op, ast.BitOr)
+def check_dataclass(cls: object) -> None:
+    """Refuse a class dataclasses would paste unchecked names from; pin its annotations."""
+    if not issubclass(type(cls), type):
+        return  # dataclasses raises its own error
+    klass: type = cls  # type: ignore[assignment]
+    if not is_session_class(klass):
+        raise GuardError(
+            "dataclasses sets methods on the class: attributes of a class not defined in this"
+            " session cannot be set or deleted"
         )
-        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
-        if not allowed or (isinstance(name, str) and name.startswith("_")):
-            raise GuardError(f"string annotation {text[:80]!r} is not a plain type expression")
-
-
-def check_dataclass_fields(cls: object) -> None:
-    """Refuse a class whose dataclass field names are not plain identifiers."""
-    if not isinstance(cls, type):
-        return
-    mro = cls.__mro__
-    if any(class_module(type(base)) == USER_MODULE for base in mro):
-        raise GuardError("dataclasses with a metaclass defined in this session are not allowed")
-    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (the raw dict, no hooks)
-    if type(annotations) is not dict:
-        raise GuardError("dataclass annotations must be a plain dict")
-    names: list[object] = list(annotations)
+    mro = _TYPE_MRO.__get__(klass, type)
+    if any(type(base) not in TRUSTED_METACLASSES for base in mro):
+        raise GuardError("dataclasses need classes whose metaclass is type, ABCMeta or EnumType")
+    own = _TYPE_DICT.__get__(klass, type)
+    if "__annotations__" in own:
+        annotations = own["__annotations__"]
+        if type(annotations) is not dict:
+            raise GuardError("dataclass annotations must be a plain dict")
+        pinned: dict[str, object] = {}
+        for name, value in annotations.items():
+            if not _plain_identifier(name):
+                raise GuardError(f"dataclass field name {name!r} is not a plain identifier")
+            pinned[name] = value
+        # dataclasses reads this copy, which no cell holds and so none can change meanwhile.
+        type.__setattr__(klass, "__annotations__", pinned)
     for base in mro[1:]:
-        fields = getattr(base, _FIELDS, None)
+        fields = raw_class_attr(base, _FIELDS, None)
         if fields is None:
             continue
         if type(fields) is not dict:
             raise GuardError(f"{_FIELDS} of a base class must be a plain dict")
-        names.extend(getattr(field, "name", None) for field in fields.values())
-    for name in names:
-        if not _plain_identifier(name):
-            raise GuardError(f"dataclass field name {name!r} is not a plain identifier")
+        for field in fields.values():
+            if type(field) is not dataclasses.Field or not _plain_identifier(field.name):
+                raise GuardError("fields of a dataclass base must be dataclasses.Field objects")
 
 
 def _plain_identifier(name: object) -> bool:
@@ -89,7 +82,9 @@ def _plain_identifier(name: object) -> bool:
     )
 
 
-def install(guard: AttributeGuard, safe_builtins: dict[str, object]) -> Callable[[], None]:
+def install(
+    guard: AttributeGuard, safe_builtins: dict[str, object], classes: ClassRules
+) -> Callable[[], None]:
     """Apply the patches; return a callable that takes them back."""
     undo: list[tuple[type | object, str, object]] = []
 
@@ -100,32 +95,28 @@ def install(guard: AttributeGuard, safe_builtins: dict[str, object]) -> Callable
         undo.append((owner, name, original))
         setattr(owner, name, make(original))
 
+    annotations = Annotations(guard, safe_builtins)
+    # Resolved at call time, so nested annotations go through the patched function too.
+    patch(typing, "_eval_type", annotations.eval_type)
     patch(
         typing.ForwardRef,
         "_evaluate",
-        lambda original: _forward_ref(guard, safe_builtins, original),
+        lambda _original: annotations.forward_ref_evaluate(
+            lambda *args, **kwargs: typing._eval_type(*args, **kwargs)  # type: ignore[attr-defined]
+        ),
     )
-    patch(string.Formatter, "get_field", lambda original: _get_field(guard))
+    patch(string.Formatter, "get_field", lambda _original: _get_field(guard))
     patch(dataclasses, "_process_class", _process_class)
+    patch(dataclasses, "_get_field", _checked_field)
+    patch(copy, "_reconstruct", lambda _original: _reconstruct(guard, classes))
+    patch(types, "new_class", lambda _original: classes.new_class)
+    patch(enum.EnumType, "_create_", lambda original: _enum_create(classes, original))
 
     def restore() -> None:
         for owner, name, original in reversed(undo):
             setattr(owner, name, original)
 
     return restore
-
-
-def _forward_ref(
-    guard: AttributeGuard, safe_builtins: dict[str, object], original: Callable[..., object]
-) -> Callable[..., object]:
-    def _evaluate(self: typing.ForwardRef, *args: Any, **kwargs: Any) -> object:
-        check_forward_ref(self.__forward_arg__)
-        globalns = kwargs.get("globalns", args[0] if args else None)
-        if isinstance(globalns, dict) and "__builtins__" not in globalns:
-            globalns["__builtins__"] = safe_builtins
-        return guard.screen(original(self, *args, **kwargs), "a string annotation")
-
-    return _evaluate
 
 
 def _get_field(guard: AttributeGuard) -> Callable[..., tuple[Any, str]]:
@@ -139,7 +130,105 @@ def _get_field(guard: AttributeGuard) -> Callable[..., tuple[Any, str]]:
 
 def _process_class(original: Callable[..., object]) -> Callable[..., object]:
     def process_class(cls: type, *args: Any, **kwargs: Any) -> object:
-        check_dataclass_fields(cls)
+        check_dataclass(cls)
         return original(cls, *args, **kwargs)
 
     return process_class
+
+
+def _checked_field(original: Callable[..., object]) -> Callable[..., object]:
+    def get_field(cls: type, a_name: str, *args: Any, **kwargs: Any) -> object:
+        field: Any = original(cls, a_name, *args, **kwargs)
+        if type(field) is not dataclasses.Field or field.name is not a_name:
+            raise GuardError("dataclass field defaults must be plain dataclasses.field() objects")
+        return field
+
+    return get_field
+
+
+def _reconstruct(guard: AttributeGuard, classes: ClassRules) -> Callable[..., object]:
+    """copy's rebuilding of an object from a ``__reduce__`` result: the constructor called as a
+    cell's call would be, the state set through the guard. The steps are copy's own: build,
+    memoize, state, then list and dict items."""
+
+    def reconstruct(
+        x: object,
+        memo: dict[int, Any] | None,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        state: object = None,
+        listiter: Any = None,
+        dictiter: Any = None,
+        *,
+        deepcopy: Callable[..., Any] = copy.deepcopy,
+    ) -> object:
+        deep = memo is not None
+        if deep and args:
+            args = deepcopy(args, memo)
+        made: Any = classes.call(func, *args)
+        if memo is not None:
+            memo[id(x)] = made
+        if state is not None:
+            _set_state(guard, made, deepcopy(state, memo) if deep else state)
+        if listiter is not None:
+            for item in listiter:
+                made.append(deepcopy(item, memo) if deep else item)
+        if dictiter is not None:
+            for key, value in dictiter:
+                if deep:
+                    key, value = deepcopy(key, memo), deepcopy(value, memo)
+                made[key] = value
+        return made
+
+    return reconstruct
+
+
+def _set_state(guard: AttributeGuard, made: Any, state: Any) -> None:
+    guard.target(made)
+    if hasattr(made, "__setstate__"):
+        made.__setstate__(state)
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state is not None:
+        instance_dict = made.__dict__
+        for key, value in dict(state).items():
+            instance_dict[exact_str(key, "attribute name")] = value
+    if slots is not None:
+        for key, value in dict(slots).items():
+            setattr(made, guard.check_state_name(key), value)
+
+
+def _caller_module() -> str | None:
+    """The module that called enum's functional API, as enum itself would find it, past this
+    wrapper and the worker's own frames (a call routed through classes.py)."""
+    try:
+        frame = sys._getframe(3)
+    except ValueError:
+        return None
+    while frame is not None and frame.f_globals.get("__package__") == __package__:
+        frame = frame.f_back  # type: ignore[assignment]
+    return None if frame is None else frame.f_globals.get("__name__")
+
+
+def _enum_create(classes: ClassRules, original: Callable[..., object]) -> Callable[..., object]:
+    def _create_(
+        cls: type,
+        class_name: object,
+        names: object,
+        *,
+        module: object = None,
+        qualname: object = None,
+        **kwargs: Any,
+    ) -> object:
+        return original(
+            cls,
+            exact_str(class_name, "enum name"),
+            classes.enum_names(names),
+            module=_caller_module() if module is None else exact_str(module, "module name"),
+            qualname=None if qualname is None else exact_str(qualname, "qualified name"),
+            **kwargs,
+        )
+
+    return _create_

@@ -1,14 +1,16 @@
 """Restricted mode: what one policy lets a cell do, in three layers.
 
 1. :meth:`Restrictions.check`: static rules on the tree (validator.py), all violations at once.
-2. :meth:`Restrictions.transform`: attribute access rerouted through the guards (transform.py).
+2. :meth:`Restrictions.transform`: attribute access, calls that could make a class, and class
+   patterns rerouted through the guards (transform.py).
 3. :meth:`Restrictions.builtins`: the builtins cells run with: the policy's forbidden builtins
    left out, ``__import__`` replaced by :meth:`Restrictions.import_module`, guarded ``getattr``
    & co., and the guard functions the transformed code calls.
 
-:meth:`Restrictions.install_process_guards` patches library code that evaluates strings for user
-code (patches.py); the worker calls it once. None of this is the security boundary: the
-container is. It blocks the known ways out and says clearly what it refused.
+:meth:`Restrictions.install_process_guards` patches library code that evaluates strings, makes
+classes or sets attributes for user code (patches.py); the worker calls it once. None of this is
+the security boundary: the container is. It blocks the known ways out and says clearly what it
+refused.
 """
 
 import ast
@@ -16,11 +18,14 @@ import builtins
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 from . import patches, transform
+from .classes import ClassRules
 from .errors import ImportBlockedError, RestrictedError
 from .guards import AttributeGuard, match_values
 from .modpolicy import FUTURE, ModulePolicy
+from .rules import exact_str
 from .safe_callables import install_replacements
 from .validator import Validator, Violation
 
@@ -36,9 +41,11 @@ class Restrictions:
         allowed_modules: Sequence[str],
         forbidden_modules: Sequence[str],
         forbidden_builtins: Sequence[str],
+        namespace: dict[str, Any] | None = None,
     ) -> None:
         self.modules = ModulePolicy(frozenset(allowed_modules), frozenset(forbidden_modules))
-        self.guard = AttributeGuard(self.modules)
+        self.guard = AttributeGuard(self.modules, namespace)
+        self.classes = ClassRules(self.guard)
         self._validator = Validator(self.modules, frozenset(forbidden_builtins))
         self._builtins = install_replacements(
             self.guard, frozenset(forbidden_builtins), self.import_module
@@ -51,6 +58,8 @@ class Restrictions:
                 transform.AUG_GUARD: self.guard.augmented,
                 transform.MATCH_GUARD: match_values,
                 transform.MATCH_CLASS_GUARD: self.guard.match_class,
+                transform.CAPTURE_GUARD: self.guard.captured,
+                transform.CALL_GUARD: self.classes.make_callee(),
             }
         )
 
@@ -65,7 +74,7 @@ class Restrictions:
         return dict(self._builtins)
 
     def install_process_guards(self) -> Callable[[], None]:
-        return patches.install(self.guard, self._builtins)
+        return patches.install(self.guard, self._builtins, self.classes)
 
     def import_module(
         self,
@@ -79,21 +88,20 @@ class Restrictions:
         answered with a namespace of guarded values."""
         if level != 0:
             raise ImportBlockedError("relative imports are not allowed")
-        if not isinstance(name, str):
-            raise TypeError(f"module name must be a string, not {type(name).__name__}")
-        self.modules.require(name)
-        top = _real_import(name, None, None, (), 0)
+        # One plain copy is checked, imported and looked up: a str subclass is never seen again.
+        plain = exact_str(name, "module name")
+        self.modules.require(plain)
+        top = _real_import(plain, None, None, (), 0)
         if not fromlist:
             return top
-        return self._from_import(name, sys.modules[name], fromlist)
+        return self._from_import(plain, sys.modules[plain], fromlist)
 
     def _from_import(self, name: str, module: ModuleType, fromlist: Sequence[str]) -> object:
         values: dict[str, object] = {}
-        for item in fromlist:
+        for given in fromlist:
+            item = exact_str(given, "name to import")
             if item == "*":
                 values.update(self._star(name, module))
-            elif not isinstance(item, str):
-                raise TypeError("names to import must be strings")
             elif item.startswith("_") and name != FUTURE:
                 raise ImportBlockedError(
                     f"importing private name '{item}' from '{name}' is blocked"
@@ -122,7 +130,7 @@ class Restrictions:
         names = listed if isinstance(listed, list | tuple) else list(module.__dict__)
         found: dict[str, object] = {}
         for item in names:
-            if not isinstance(item, str) or item.startswith("_") or not hasattr(module, item):
+            if type(item) is not str or item.startswith("_") or not hasattr(module, item):
                 continue
             try:
                 found[item] = self.guard.screen(getattr(module, item), f"'from {name} import *'")

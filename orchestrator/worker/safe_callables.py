@@ -1,8 +1,9 @@
 """Guarded stand-ins for callables that reach attributes by a name given as a string: format
 fields (``"{0.__class__}".format(x)``), ``operator.attrgetter`` / ``methodcaller``,
 ``functools.update_wrapper`` / ``wraps`` with custom attribute lists, ``enum.global_enum``, and
-the builtins ``getattr``, ``setattr``, ``delattr``, ``vars``, ``dir``. Each refuses private and
-dunder names and hands every value it reaches to the guard."""
+the builtins ``getattr``, ``setattr``, ``delattr``, ``vars``, ``dir``. Each takes names as plain
+``str`` copies (a str subclass could answer the checks one way and the C code another), refuses
+private and dunder names and hands every value it reaches to the guard."""
 
 import _string  # type: ignore[import-not-found]  # the C parser behind str.format
 import builtins
@@ -11,11 +12,11 @@ import functools
 import operator
 import string
 from collections.abc import Callable, Iterable, Mapping
-from types import ModuleType
 from typing import Any
 
 from .errors import GuardError
-from .guards import USER_MODULE, AttributeGuard, class_module
+from .guards import AttributeGuard, is_module, is_session_class
+from .rules import exact_str
 
 _MISSING: Any = object()
 # str.format allows one level of nested fields inside a format spec; one more costs nothing.
@@ -85,7 +86,7 @@ def _as_str(template: object, method: str) -> str:
     if not isinstance(template, str):
         kind = type(template).__name__
         raise TypeError(f"descriptor '{method}' for 'str' objects doesn't apply to a '{kind}'")
-    return template
+    return exact_str(template)
 
 
 def _safe_template(template: str) -> bool:
@@ -96,12 +97,11 @@ def _safe_template(template: str) -> bool:
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"attribute name must be a string, not {type(name).__name__}")
-    for part in name.split("."):
+    checked = exact_str(name, "attribute name")
+    for part in checked.split("."):
         if not part or part[0] == "_":
-            raise GuardError(f"attribute '{name}' may not be reached by name")
-    return name
+            raise GuardError(f"attribute '{checked}' may not be reached by name")
+    return checked
 
 
 def make_attrgetter(guard: AttributeGuard) -> Callable[..., Callable[[object], object]]:
@@ -131,11 +131,23 @@ def make_methodcaller(guard: AttributeGuard) -> Callable[..., Callable[[object],
 
 
 def _default_names(names: Iterable[str], defaults: tuple[str, ...], arg: str) -> tuple[str, ...]:
-    chosen = tuple(names)
+    chosen = tuple(exact_str(name, "attribute name") for name in names)
     extra = [name for name in chosen if name not in defaults]
     if extra:
         raise GuardError(f"functools {arg}= may only list the default attributes, not {extra}")
     return chosen
+
+
+def _check_wrapped(wrapped: object) -> None:
+    """update_wrapper copies ``__dict__`` and more from ``wrapped``: a module's globals or a
+    library class's private attributes would land in an object the session may read freely."""
+    if is_module(wrapped):
+        raise GuardError("attributes of a module may not be reached by name (update_wrapper)")
+    if issubclass(type(wrapped), type) and not is_session_class(wrapped):  # type: ignore[arg-type]
+        raise GuardError(
+            "attributes of a class not defined in this session may not be reached by name"
+            " (update_wrapper)"
+        )
 
 
 def make_update_wrapper(guard: AttributeGuard) -> Callable[..., object]:
@@ -148,6 +160,7 @@ def make_update_wrapper(guard: AttributeGuard) -> Callable[..., object]:
         chosen = _default_names(assigned, functools.WRAPPER_ASSIGNMENTS, "assigned")
         merged = _default_names(updated, functools.WRAPPER_UPDATES, "updated")
         guard.target(wrapper)
+        _check_wrapped(wrapped)
         target: Any = wrapper
         source: Any = wrapped
         return functools.update_wrapper(target, source, chosen, merged)
@@ -163,6 +176,7 @@ def make_wraps(update_wrapper: Callable[..., object]) -> Callable[..., object]:
     ) -> object:
         chosen = _default_names(assigned, functools.WRAPPER_ASSIGNMENTS, "assigned")
         merged = _default_names(updated, functools.WRAPPER_UPDATES, "updated")
+        _check_wrapped(wrapped)
         return functools.partial(update_wrapper, wrapped=wrapped, assigned=chosen, updated=merged)
 
     return wraps
@@ -170,8 +184,11 @@ def make_wraps(update_wrapper: Callable[..., object]) -> Callable[..., object]:
 
 def _global_enum(cls: type, update_str: bool = False) -> type:
     """enum.global_enum writes members into the globals of the class's module: only ours."""
-    if not isinstance(cls, type) or class_module(cls) != USER_MODULE:
-        raise GuardError("global_enum is only allowed on enums defined in this session")
+    if not issubclass(type(cls), type) or not is_session_class(cls):
+        raise GuardError(
+            "enum.global_enum sets names in the enum's module: attributes of a module cannot be"
+            " set or deleted, unless the enum was defined in this session"
+        )
     return enum.global_enum(cls, update_str)
 
 
@@ -198,16 +215,20 @@ def guarded_builtins(guard: AttributeGuard) -> dict[str, Callable[..., Any]]:
         if len(args) != 1:
             raise GuardError("vars() needs exactly one argument in restricted mode")
         (obj,) = args
-        if isinstance(obj, ModuleType):
+        if is_module(obj):
             raise GuardError("vars() of a module is not allowed")
         names = vars(obj)
-        return {k: guard.screen(v, "vars()") for k, v in names.items() if not k.startswith("_")}
+        return {
+            key: guard.screen(value, "vars()")
+            for key, value in names.items()
+            if type(key) is str and not key.startswith("_")
+        }
 
     def guarded_dir(*args: object) -> list[str]:
         if len(args) != 1:
             raise GuardError("dir() needs exactly one argument in restricted mode")
-        if isinstance(args[0], ModuleType):
-            guard.modules.require_module(args[0], "dir()")
+        if is_module(args[0]):
+            guard.modules.require_module(args[0], "dir()")  # type: ignore[arg-type]
         return [name for name in dir(args[0]) if not name.startswith("_")]
 
     return {
