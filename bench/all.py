@@ -23,6 +23,7 @@ SCRIPTS = (
     "density",
     "runtimes",
     "restart",
+    "mcp_startup",
 )
 # The longest one (density: 100 sessions) takes a few minutes on two cores.
 SCRIPT_TIMEOUT = 1800

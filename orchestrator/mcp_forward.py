@@ -35,7 +35,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.mcp_server import INSTRUCTIONS, SERVER_NAME, run_stdio, server_version
+from orchestrator.mcp_handshake import INSTRUCTIONS, SERVER_NAME, EarlyAnswer, server_version
+from orchestrator.mcp_server import run_stdio
 from orchestrator.tools._text import render_text
 
 __all__ = ["RemoteSbx", "mcp_endpoint", "serve_stdio_forwarding"]
@@ -178,7 +179,8 @@ def build_forwarding_server(remote: RemoteSbx) -> Server[Any]:
     )
 
 
-async def serve_stdio_forwarding(remote: RemoteSbx) -> None:
-    """Serve one MCP client on stdin/stdout through ``remote`` until stdin ends."""
+async def serve_stdio_forwarding(remote: RemoteSbx, *, early: EarlyAnswer | None = None) -> None:
+    """Serve one MCP client on stdin/stdout through ``remote`` until stdin ends; ``early`` is
+    what ``mcp_handshake.answer_initialize_early`` read and answered already."""
     async with remote.open():
-        await run_stdio(build_forwarding_server(remote))
+        await run_stdio(build_forwarding_server(remote), early=early)

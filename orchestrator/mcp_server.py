@@ -46,12 +46,11 @@ an MCP session, and there is no MCP session id another key holder could reuse.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol, Self
 
 import anyio
 import anyio.lowlevel
@@ -61,38 +60,47 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCError, JSONRPCResponse
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from orchestrator.mcp_handshake import INSTRUCTIONS, SERVER_NAME, EarlyAnswer, server_version
 from orchestrator.tools import TOOLS, Tool
 
 if TYPE_CHECKING:
-    from orchestrator.orchestrator import Orchestrator
+    from mcp.server.context import CallNext, HandlerResult
+    from mcp.shared._stream_protocols import WriteStream
+
+    from orchestrator.tools import ToolResult
 
 __all__ = [
     "McpHttpApp",
     "TenantResolver",
+    "ToolCaller",
     "build_mcp_server",
     "current_http_request",
     "mcp_tool",
     "run_stdio",
     "serve_stdio",
-    "server_version",
     "streamable_http_app",
 ]
 
-SERVER_NAME = "sbx"
-INSTRUCTIONS = (
-    "Hardened sandbox sessions, each its own container. Create one with python_repl execute, "
-    "terminal run or terminal start without session_id; the answer carries the session_id to pass "
-    "to every later call (files and process need it). End it with python_repl destroy. Every "
-    "result is structured content with `success`, and `error_type`/`error_message` on failure."
-)
 UNKNOWN_TOOL = f"unknown tool; the tools are: {', '.join(TOOLS)}"
 READ_ONLY_OPERATIONS_META = "sbx/readOnlyOperations"
 # A stdin read asks for at most this much; a frame longer than this arrives in several reads.
 STDIN_CHUNK_BYTES = 1 << 16
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class ToolCaller(Protocol):
+    """What serving needs of the orchestrator: ``Orchestrator.call``. ``sbx mcp`` passes one
+    that waits for an orchestrator still starting (it answers ``initialize`` before that)."""
+
+    async def call(
+        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+    ) -> ToolResult: ...
+
 
 TenantResolver = Callable[[], str | None]
 """Answers the tenant of the tool call being served, or None to refuse it (see the module doc)."""
@@ -105,7 +113,7 @@ def current_http_request() -> Request | None:
     return _http_request.get()
 
 
-def build_mcp_server(orchestrator: Orchestrator, *, tenant: TenantResolver) -> Server[Any]:
+def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Server[Any]:
     """An MCP server exposing the tools of ``orchestrator.tools`` on ``orchestrator``."""
     listing = types.ListToolsResult(tools=[mcp_tool(tool) for tool in TOOLS.values()])
     schemas = {tool.name: tool.input_schema for tool in listing.tools}
@@ -176,27 +184,80 @@ def _resolve_tenant(tenant: TenantResolver, request: object) -> str:
     return caller
 
 
-def server_version() -> str:
-    """The version of sbx installed, as servers announce it."""
-    try:
-        return importlib.metadata.version("sbx")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
 # -- stdio ------------------------------------------------------------------------------------
 
 
-async def serve_stdio(orchestrator: Orchestrator, *, tenant: str = "local") -> None:
+async def serve_stdio(
+    orchestrator: ToolCaller,
+    *,
+    tenant: str = "local",
+    answered: anyio.Event | None = None,
+    early: EarlyAnswer | None = None,
+) -> None:
     """Serve one MCP client on this process's stdin/stdout until stdin ends; every call is made
-    as ``tenant``. While serving, fd 1 points at stderr so nothing but MCP frames reaches stdout."""
-    await run_stdio(build_mcp_server(orchestrator, tenant=lambda: tenant))
+    as ``tenant``. While serving, fd 1 points at stderr so nothing but MCP frames reaches stdout.
+    ``answered``, if given, is set once the first request (``initialize``) has been answered;
+    ``early`` is what ``mcp_handshake.answer_initialize_early`` read and answered already."""
+    server = build_mcp_server(orchestrator, tenant=lambda: tenant)
+    await run_stdio(server, answered=answered, early=early)
 
 
-async def run_stdio(server: Server[Any]) -> None:
+async def run_stdio(
+    server: Server[Any],
+    *,
+    answered: anyio.Event | None = None,
+    early: EarlyAnswer | None = None,
+) -> None:
     """Serve ``server`` to one MCP client on this process's stdin/stdout until stdin ends."""
-    async with stdio_server(stdin=_StdinLines(sys.stdin)) as (read_stream, write_stream):
+    early = early or EarlyAnswer()
+    if answered is not None:
+        server.middleware.append(_SetWhenAnswered(answered))
+    stdin = _StdinLines(sys.stdin, prefix=early.consumed)
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        if early.request_id is not None:
+            write_stream = _DropAnswer(write_stream, early.request_id)
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class _DropAnswer:
+    """The write stream, less the SDK's answer to the request ``mcp_handshake`` answered."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], request_id: int | str) -> None:
+        self._inner = inner
+        self._request_id: int | str | None = request_id
+
+    async def send(self, item: SessionMessage, /) -> None:
+        message = item.message
+        if (
+            self._request_id is not None
+            and isinstance(message, JSONRPCResponse | JSONRPCError)
+            and message.id == self._request_id
+        ):
+            self._request_id = None  # only the first: a client may reuse an id later
+            return
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _SetWhenAnswered:
+    """Middleware: sets ``event`` once a request has been handled (its answer is on its way)."""
+
+    def __init__(self, event: anyio.Event) -> None:
+        self._event = event
+
+    async def __call__(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        try:
+            return await call_next(ctx)
+        finally:
+            self._event.set()
 
 
 class _StdinLines(anyio.AsyncFile[str]):
@@ -204,9 +265,10 @@ class _StdinLines(anyio.AsyncFile[str]):
     worker thread, and a cancelled thread read is waited for: with the client's pipe still open,
     a SIGTERM would then hang until the next frame arrived."""
 
-    def __init__(self, stdin: IO[str], fd: int = 0) -> None:
+    def __init__(self, stdin: IO[str], fd: int = 0, *, prefix: bytes = b"") -> None:
         super().__init__(stdin)
         self._fd = fd
+        self._prefix = prefix  # read from fd 0 before serving began, to be read again first
 
     async def __aiter__(self) -> AsyncIterator[str]:
         pending: list[bytes] = []
@@ -223,6 +285,9 @@ class _StdinLines(anyio.AsyncFile[str]):
             yield b"".join(pending).decode("utf-8", errors="replace")
 
     async def _read(self) -> bytes:
+        if self._prefix:
+            chunk, self._prefix = self._prefix, b""
+            return chunk
         try:
             await anyio.wait_readable(self._fd)
         except PermissionError:
@@ -252,7 +317,7 @@ class McpHttpApp:
 
 
 def streamable_http_app(
-    orchestrator: Orchestrator, *, tenant: TenantResolver, host: str = "127.0.0.1"
+    orchestrator: ToolCaller, *, tenant: TenantResolver, host: str = "127.0.0.1"
 ) -> McpHttpApp:
     """The MCP endpoint for ``sbx serve``. ``host`` is the address the server listens on: on a
     loopback address, requests whose Host or Origin header names another site are refused (DNS

@@ -3,19 +3,28 @@ it returns; an sbx error becomes one line ``error: <code>: <message>`` and exit 
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 
-from orchestrator.cli.audit import audit_app
-from orchestrator.cli.call import call
-from orchestrator.cli.image import image_app
-from orchestrator.cli.mcp import mcp
-from orchestrator.cli.policy import policy_app
-from orchestrator.cli.run import run
-from orchestrator.cli.serve import serve
-from orchestrator.cli.sessions import kill, ps
-from orchestrator.cli.shell import shell
+# Each command and group: (name, module, attribute), in the order ``sbx --help`` lists them. A
+# command's module is imported only when the command runs or all are listed, so ``sbx mcp``
+# starts without the HTTP server, the image builder or the policy tools.
+GROUPS = (
+    ("audit", "orchestrator.cli.audit", "audit_app"),
+    ("image", "orchestrator.cli.image", "image_app"),
+    ("policy", "orchestrator.cli.policy", "policy_app"),
+)
+COMMANDS = (
+    ("run", "orchestrator.cli.run", "run"),
+    ("mcp", "orchestrator.cli.mcp", "mcp"),
+    ("serve", "orchestrator.cli.serve", "serve"),
+    ("ps", "orchestrator.cli.sessions", "ps"),
+    ("kill", "orchestrator.cli.sessions", "kill"),
+    ("call", "orchestrator.cli.call", "call"),
+    ("shell", "orchestrator.cli.shell", "shell"),
+)
 
 app = typer.Typer(
     name="sbx",
@@ -43,22 +52,25 @@ def _options(
     ),
 ) -> None:
     """Container-isolated Python sandboxes."""
-app.add_typer(audit_app, name="audit")
-app.add_typer(image_app, name="image")
-app.add_typer(policy_app, name="policy")
-app.command("run")(run)
-app.command("mcp")(mcp)
-app.command("serve")(serve)
-app.command("ps")(ps)
-app.command("kill")(kill)
-app.command("call")(call)
-app.command("shell")(shell)
+
+
+def register(only: str | None = None) -> typer.Typer:
+    """``app`` with every command and group, or only the one named ``only`` (when known)."""
+    known = {name for name, _, _ in (*GROUPS, *COMMANDS)}
+    wanted = only if only in known else None
+    for name, module, attribute in GROUPS:
+        if wanted in (None, name):
+            app.add_typer(getattr(importlib.import_module(module), attribute), name=name)
+    for name, module, attribute in COMMANDS:
+        if wanted in (None, name):
+            app.command(name)(getattr(importlib.import_module(module), attribute))
+    return app
 
 
 def main() -> None:
     """Console script entry point."""
     try:
-        app()
+        register(sys.argv[1] if len(sys.argv) > 1 else None)()
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)

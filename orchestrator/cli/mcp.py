@@ -13,8 +13,9 @@ the ``sbx serve`` at URL (``orchestrator.mcp_forward``) with ``--key`` / ``SBX_A
 the local tenant's key in the data directory) and ``--task`` / ``SBX_TASK``, so sessions outlive
 this process. It needs no engine and no image; EOF and the stop signals end it at once.
 
-Imports that only serving needs are made inside the functions that serve, so the process is
-ready to read its first frame as early as it can be.
+The first frame is read before anything slow is imported, and an ``initialize`` is answered at
+once (``orchestrator.mcp_handshake``); the imports that serving needs are made inside the
+functions that serve, and the orchestrator starts while the client lists the tools.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import anyio.abc
@@ -31,14 +32,20 @@ import typer
 
 from orchestrator.cli._common import reported_errors
 from orchestrator.errors import InvalidArgumentError
+from orchestrator.mcp_handshake import EarlyAnswer, answer_initialize_early
 
 if TYPE_CHECKING:
     from orchestrator.config import OrchestratorConfig
     from orchestrator.mcp_forward import RemoteSbx
+    from orchestrator.orchestrator import Orchestrator
+    from orchestrator.tools import ToolResult
 
 log = logging.getLogger("orchestrator.cli.mcp")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A client sends its first request as soon as it has spawned the server; if none has come by
+# then, the orchestrator starts anyway (a call waits for it either way).
+FIRST_REQUEST_WAIT = 2.0
 
 
 def mcp(
@@ -75,31 +82,33 @@ def mcp(
     logging.getLogger("orchestrator").setLevel(logging.INFO)
     with reported_errors():
         if connect and policy:
-            raise InvalidArgumentError(
-                "--policy is the server's with --connect (or name one per call)"
-            )
-        serve = _forwarding(connect, key, task) if connect else _serving(policy)
+            raise InvalidArgumentError("--policy does not apply with --connect: name one per call")
+        # Before anything slow is imported: the client is answered while the rest loads.
+        early = answer_initialize_early()
+        serve = _forwarding(connect, key, task, early) if connect else _serving(policy, early)
         stopped_by = anyio.run(_serve_until_stopped, serve)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
 
 
-def _serving(policy: str | None) -> Callable[[], Awaitable[None]]:
+def _serving(policy: str | None, early: EarlyAnswer) -> Callable[[], Awaitable[None]]:
     from orchestrator.config import OrchestratorConfig
     from orchestrator.policy import load_policy
 
     config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
     config = config.side_by_side("mcp", adopt=True)
     load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
-    return lambda: _serve(config)
+    return lambda: _serve(config, early)
 
 
-def _forwarding(url: str, key: str | None, task: str | None) -> Callable[[], Awaitable[None]]:
+def _forwarding(
+    url: str, key: str | None, task: str | None, early: EarlyAnswer
+) -> Callable[[], Awaitable[None]]:
     from orchestrator.cli.call import resolve_key
     from orchestrator.mcp_forward import RemoteSbx
 
     remote = RemoteSbx(url, key=resolve_key(key), task=task)
-    return lambda: _forward(remote)
+    return lambda: _forward(remote, early)
 
 
 async def _serve_until_stopped(serve: Callable[[], Awaitable[None]]) -> int | None:
@@ -127,22 +136,73 @@ async def _serve_until_stopped(serve: Callable[[], Awaitable[None]]) -> int | No
     return received[0] if received else None
 
 
-async def _serve(config: OrchestratorConfig) -> None:
-    from orchestrator.cli.image import with_image
+async def _serve(config: OrchestratorConfig, early: EarlyAnswer) -> None:
+    """Answer ``initialize`` first, then start the orchestrator while the client lists tools:
+    calls wait for it. A failed start ends serving with its error, as before serving began."""
     from orchestrator.mcp_server import serve_stdio
+
+    starting = _Starting()
+    answered = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(_run_orchestrator, config, starting, answered)
+        await serve_stdio(starting, tenant=config.tenant, answered=answered, early=early)
+        log.info("stdin closed")
+        starting.stop()
+
+
+class _Starting:
+    """The orchestrator of this server, as calls see it: they wait until it has started."""
+
+    def __init__(self) -> None:
+        self._ready = anyio.Event()
+        self._stopped = anyio.Event()
+        self._orchestrator: Orchestrator | None = None
+
+    async def call(
+        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+    ) -> ToolResult:
+        await self._ready.wait()
+        assert self._orchestrator is not None
+        return await self._orchestrator.call(tool, arguments, tenant=tenant, task=task)
+
+    def started(self, orchestrator: Orchestrator) -> None:
+        self._orchestrator = orchestrator
+        self._ready.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def until_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+async def _run_orchestrator(
+    config: OrchestratorConfig, starting: _Starting, answered: anyio.Event
+) -> None:
+    # The client's first request comes right after it spawned us; its answer goes first, and
+    # the imports below run in a thread so that answer is never held behind them.
+    with anyio.move_on_after(FIRST_REQUEST_WAIT):
+        await answered.wait()
+    await anyio.to_thread.run_sync(_import_orchestrator)
+    from orchestrator.cli.image import with_image
     from orchestrator.orchestrator import Orchestrator
 
     config = await with_image(config)
     async with Orchestrator(config) as orchestrator:
         log.info("serving MCP on stdio (orchestrator %s)", orchestrator.orchestrator_id)
-        await serve_stdio(orchestrator, tenant=config.tenant)
-        log.info("stdin closed")
+        starting.started(orchestrator)
+        await starting.until_stopped()
     log.info("stopped: no session of orchestrator %s is left", orchestrator.orchestrator_id)
 
 
-async def _forward(remote: RemoteSbx) -> None:
+def _import_orchestrator() -> None:
+    import orchestrator.cli.image
+    import orchestrator.orchestrator  # noqa: F401
+
+
+async def _forward(remote: RemoteSbx, early: EarlyAnswer) -> None:
     from orchestrator.mcp_forward import serve_stdio_forwarding
 
     log.info("serving MCP on stdio, forwarding to %s", remote.endpoint)
-    await serve_stdio_forwarding(remote)
+    await serve_stdio_forwarding(remote, early=early)
     log.info("stdin closed")

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.backend.docker import NotFoundError
 from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
 from orchestrator.tools._arguments import read_arguments
 from orchestrator.tools._schema import field_uses, input_schema, is_map, output_schema
@@ -139,7 +138,9 @@ async def call_tool(
         args = read_arguments(tool, operation, arguments)
         try:
             fields = await operation.handler(orchestrator, tenant, args)
-        except NotFoundError as exc:
+        except OrchestratorError as exc:
+            if not _vanished(exc):
+                raise
             # A container the engine no longer has: whatever removed it, its session is over.
             await orchestrator.drop_vanished_sessions()
             raise SessionNotFoundError("the session's container is gone") from exc
@@ -152,6 +153,14 @@ async def call_tool(
     # The one place every interface passes through: what leaves here is text UTF-8 can carry.
     structured = valid_unicode(structured)
     return ToolResult(structured, render_text(tool.name, structured))
+
+
+def _vanished(exc: OrchestratorError) -> bool:
+    # Imported here: the tool layer is listed (``sbx mcp`` answering ``tools/list``) long
+    # before any backend runs, and the engine's client is slow to import.
+    from orchestrator.backend.docker import NotFoundError
+
+    return isinstance(exc, NotFoundError)
 
 
 def _operation(tool: Tool, arguments: Any) -> Operation:
