@@ -53,6 +53,12 @@ _METACLASS_NEWS = tuple(
     for meta in (abc.ABCMeta, enum.EnumType)
     if (new := meta.__dict__.get("__new__")) is not None
 )
+# Keys the compiler adds to a class statement's namespace, with the kind of value it puts there.
+_COMPILER_KEYS: dict[str, type] = {
+    "__classcell__": types.CellType,
+    "__firstlineno__": int,
+    "__static_attributes__": tuple,
+}
 # What a metaclass, a metaclass's __new__ or a partial object calling one can be.
 _MAKER_KINDS = (type, types.BuiltinFunctionType, types.FunctionType, _PARTIAL)
 # Callables that never call their arguments: a metaclass may be passed to them.
@@ -135,6 +141,11 @@ class ClassRules:
         elif key == "__annotations__":
             if type(value) is not dict:
                 raise GuardError(f"dunder name '__annotations__' given to {how} must be a dict")
+        elif key in _COMPILER_KEYS:
+            # A class statement's namespace, handed on by a metaclass's __new__: only the kinds
+            # of value the compiler puts there (a cell, which no cell can reach otherwise).
+            if type(value) is not _COMPILER_KEYS[key]:
+                raise GuardError(f"dunder name '{key}' given to {how} is not the compiler's")
         elif key not in CLASS_NAMESPACE_DUNDER_NAMES:
             raise GuardError(f"dunder method '{key}' is not allowed in a class made by {how}")
 

@@ -134,7 +134,10 @@ def _default_names(names: Iterable[str], defaults: tuple[str, ...], arg: str) ->
     chosen = tuple(exact_str(name, "attribute name") for name in names)
     extra = [name for name in chosen if name not in defaults]
     if extra:
-        raise GuardError(f"functools {arg}= may only list the default attributes, not {extra}")
+        raise GuardError(
+            f"attribute '{extra[0]}' may not be reached by name"
+            f" (functools {arg}= may only list the default attributes)"
+        )
     return chosen
 
 

@@ -217,6 +217,10 @@ ESCAPES = {
         DUNDER + "type('T', (), {d + 'call' + d: type})",
         "validation",
     ),
+    "type() given a forged __classcell__": (
+        DUNDER + "type('T', (), {d + 'classcell' + d: 1})",
+        "validation",
+    ),
     "type() with unpacked arguments": (
         DUNDER + "args = ('T', (), {d + 'getattribute' + d: len})\ntype(*args)",
         "validation",
@@ -462,6 +466,14 @@ ORDINARY = {
         "        ns['tag'] = name.lower()\n        return super().__new__(mcls, name, bases, ns)\n"
         "class A(metaclass=M):\n    pass\nA.tag",
         "'a'",
+    ),
+    "a metaclass handing on a class statement's namespace (with __classcell__)": (
+        "class M(type):\n    def __new__(mcls, name, bases, ns):\n"
+        "        return super().__new__(mcls, name, bases, ns)\n"
+        "class Base:\n    def hello(self):\n        return 'base'\n"
+        "class A(Base, metaclass=M):\n    def hello(self):\n        return super().hello() + '!'\n"
+        "A().hello()",
+        "'base!'",
     ),
     "calls with three or more arguments": (
         "class B:\n    def __init__(self, a, b, c):\n        self.s = a + b + c\n"
