@@ -167,9 +167,11 @@ class AuditLog:
         exit_status: int | None = None,
         worker_claims: Mapping[str, Any] | None = None,
         outcome: Outcome | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         """Append one call record; raises ``AuditLogError`` if it cannot be written, or is not
-        written within ``RECORD_TIMEOUT``. ``outcome`` defaults to what ``success`` says."""
+        written within ``RECORD_TIMEOUT``. ``outcome`` defaults to what ``success`` says.
+        ``details``: what an interface observed about a request it refused (kept in clear)."""
         append = partial(
             self._append,
             tenant=tenant,
@@ -182,7 +184,9 @@ class AuditLog:
             outcome=outcome or ("ok" if success else "failed"),
             duration_ms=round(duration_ms, 3),
             arguments=arguments,
-            **_given(ran=ran, exit_status=exit_status, worker_claims=worker_claims),
+            **_given(
+                ran=ran, exit_status=exit_status, worker_claims=worker_claims, details=details
+            ),
         )
         with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_TIMEOUT) as bound:
             await anyio.to_thread.run_sync(append, abandon_on_cancel=True)

@@ -212,6 +212,12 @@ class Orchestrator(PythonReplOperations):
     def tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)
 
+    @property
+    def audit_log(self) -> AuditLog | None:
+        """The open audit log (None when none is kept, or before ``start``): interfaces record
+        what they refuse before a tool runs in it."""
+        return self._audit
+
     async def call(
         self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
     ) -> ToolResult:

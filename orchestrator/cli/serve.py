@@ -16,6 +16,14 @@ every session, so a server started after a crash (``kill -9``) or a ``--keep-ses
 re-adopts the sessions it knew, their REPL state included, reaps every other container of its
 orchestrator id, and prints what it did. Only one server uses a registry at a time.
 
+Limits (``HttpLimitsConfig``; each has an option): a request head must arrive within
+``--header-timeout``, an idle connection is closed after ``--keep-alive-timeout``, at most
+``--max-connections`` are held (at most half the process's descriptors; the soft descriptor
+limit is raised to the hard one at start) and ``--max-connections-per-client`` from one
+address, ``--auth-failures-per-minute`` wrong keys per address are answered 401 (then 429), and
+a tenant holds at most ``--max-streams-per-tenant`` event streams. Logs are rate-limited per
+kind of message.
+
 Environment: the ``SBX_*`` settings of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
 ``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ``SBX_REGISTRY``, ...; ``--policy`` wins over
 ``SBX_POLICY``), ``SBX_POOL`` for ``--pool``, and ``SBX_DATA_DIR`` for the local key and the
@@ -27,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -36,7 +45,6 @@ from typing import Annotated
 
 import anyio
 import typer
-import uvicorn
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.arguments import check_policy_name
@@ -44,7 +52,7 @@ from orchestrator.cli._common import reported_errors, stderr
 from orchestrator.cli.image import with_image
 from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.http import HttpProtocol, build_app
+from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
 from orchestrator.orchestrator import MAX_POOL_SIZE, Orchestrator
 from orchestrator.policy import load_policy
 from orchestrator.tenants import LOCAL_KEY_FILE, LOCAL_TENANT, TenantKeys, data_dir, local_tenant
@@ -60,6 +68,10 @@ POOL_POLL_INTERVAL = 0.1
 # Serving starts anyway when no session got ready for this long (an engine refusing, a quota):
 # the pool goes on filling in the background, with its own back-off.
 POOL_STALL_TIMEOUT = 60.0
+# Connections may use this share of the descriptor limit; sessions need the rest (engine API
+# sockets, attached streams, the registry, the audit log).
+CONNECTION_DESCRIPTOR_SHARE = 0.5
+_LIMITS = HttpLimitsConfig()  # the options' defaults
 
 
 def serve(
@@ -111,6 +123,25 @@ def serve(
             "(default: destroy them)."
         ),
     ] = False,
+    max_connections: Annotated[
+        int, typer.Option(min=1, help="Connections held at once (at most half the descriptors).")
+    ] = _LIMITS.max_connections,
+    max_connections_per_client: Annotated[
+        int, typer.Option(min=1, help="Connections held at once from one client address.")
+    ] = _LIMITS.max_connections_per_client,
+    header_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a request head may take to arrive.")
+    ] = _LIMITS.header_timeout,
+    keep_alive_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds an idle connection is kept open.")
+    ] = _LIMITS.keep_alive_timeout,
+    auth_failures_per_minute: Annotated[
+        int,
+        typer.Option(min=1, help="Wrong API keys one address may present a minute; then 429."),
+    ] = _LIMITS.auth_failures_per_minute,
+    max_streams_per_tenant: Annotated[
+        int, typer.Option(min=1, help="Event streams (SSE, GET /mcp) a tenant holds at once.")
+    ] = _LIMITS.max_streams_per_tenant,
 ) -> None:
     """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
     logging.basicConfig(
@@ -123,6 +154,16 @@ def serve(
         if pool:
             config = _with_pool(config, pool)
         keys, notice = _keys(tenants)
+        limits = _within_descriptors(
+            HttpLimitsConfig(
+                max_connections=max_connections,
+                max_connections_per_client=min(max_connections_per_client, max_connections),
+                header_timeout=header_timeout,
+                keep_alive_timeout=keep_alive_timeout,
+                auth_failures_per_minute=auth_failures_per_minute,
+                max_streams_per_tenant=max_streams_per_tenant,
+            )
+        )
         config = dataclasses.replace(
             config,
             registry_path=registry or config.registry_path or data_dir() / "registry.db",
@@ -132,7 +173,9 @@ def serve(
         )
         listener = _listen(host, port)
         with listener:
-            stopped_by = anyio.run(_serve_until_stopped, config, keys, listener, host, notice)
+            stopped_by = anyio.run(
+                _serve_until_stopped, config, keys, limits, listener, host, notice
+            )
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
 
@@ -158,6 +201,30 @@ def _keys(tenants: Path | None) -> tuple[TenantKeys, str]:
     return keys, f"API key for tenant {LOCAL_TENANT!r}: the one in {where}"
 
 
+def _within_descriptors(limits: HttpLimitsConfig) -> HttpLimitsConfig:
+    """Raise the soft descriptor limit to the hard one, and hold no more connections than the
+    share of it they may use."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return limits
+    share = max(1, int(soft * CONNECTION_DESCRIPTOR_SHARE))
+    if limits.max_connections <= share:
+        return limits
+    log.warning(
+        "holding at most %d connections, not %d: the descriptor limit is %d",
+        share, limits.max_connections, soft,
+    )  # fmt: skip
+    return dataclasses.replace(
+        limits,
+        max_connections=share,
+        max_connections_per_client=min(limits.max_connections_per_client, share),
+    )
+
+
 def _listen(host: str, port: int) -> socket.socket:
     try:
         family, _, _, _, address = socket.getaddrinfo(
@@ -174,7 +241,7 @@ def _url(listener: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class _Server(uvicorn.Server):
+class _Server(HttpServer):
     """uvicorn without signal handlers of its own: this command handles the signals (uvicorn's
     would re-raise a caught SIGTERM after serving, killing the process before the teardown)."""
 
@@ -191,7 +258,12 @@ class _Run:
 
 
 async def _serve_until_stopped(
-    config: OrchestratorConfig, keys: TenantKeys, listener: socket.socket, host: str, notice: str
+    config: OrchestratorConfig,
+    keys: TenantKeys,
+    limits: HttpLimitsConfig,
+    listener: socket.socket,
+    host: str,
+    notice: str,
 ) -> int | None:
     """Serve until a stop signal (its number is returned); the signal receiver stays open until
     the teardown has ended, so no second signal can kill the process halfway through it."""
@@ -202,7 +274,7 @@ async def _serve_until_stopped(
             with run.startup:
                 config = await with_image(config)
             if not run.received:
-                await _serve(config, keys, listener, host, notice, run)
+                await _serve(config, keys, limits, listener, host, notice, run)
             group.cancel_scope.cancel()
     return run.received[0] if run.received else None
 
@@ -222,6 +294,7 @@ async def _stop_on_signals(signals: AsyncIterator[signal.Signals], run: _Run) ->
 async def _serve(
     config: OrchestratorConfig,
     keys: TenantKeys,
+    limits: HttpLimitsConfig,
     listener: socket.socket,
     host: str,
     notice: str,
@@ -231,14 +304,14 @@ async def _serve(
         run.startup = anyio.CancelScope()  # a signal while the pool warms ends the warm-up
         with run.startup:
             await _warm_pool(orchestrator)
-        server_config = uvicorn.Config(
-            build_app(orchestrator, keys, host=host),
-            http=HttpProtocol,
+        run.server = _Server(
+            build_app(orchestrator, keys, host=host, limits=limits),
+            limits=limits,
             lifespan="on",
             log_level="info",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_TIMEOUT,
         )
-        run.server = _Server(server_config)
+        limit_log_rate()  # after uvicorn's Config has set up its loggers
         # A signal that came while the orchestrator started: serve nothing, just tear down.
         run.server.should_exit = bool(run.received)
         url = _url(listener)

@@ -18,26 +18,38 @@ which answers 404: there is no OAuth discovery to find):
     GET    /v1/terminals/{terminal_id}/events?since_offset=   terminal wait, as SSE
     *      /mcp                                  MCP streamable HTTP (when mcp_server is there)
 
+The server (``HttpServer``) holds connections within ``HttpLimitsConfig``: header and
+keep-alive deadlines, a connection limit overall and per address, an accept loop that pauses
+when descriptors run out; wrong keys past a per-address budget and streams past a per-tenant
+limit are answered 429 (``rate_limited``, ``quota_exceeded``). ``limit_log_rate`` bounds logs.
+
 Every answer's body is the structured result (``success`` first). The status: 200 for a tool's
 answer, including a failure of the work itself (the user's ZeroDivisionError, a timeout); for a
 failed request, by ``error_type``: invalid_argument 400, policy 403, session_not_found 404 (an
 unknown id and another tenant's alike), busy 409, quota_exceeded 429, internal 500,
 backend_unavailable 503; and 401 (``unauthenticated``; at ``/mcp`` also a JSON-RPC error, so
 MCP clients raise it as such), 413 for a body over the cap, 404/405 (``invalid_argument``) for an
-unknown route or method.
+unknown route or method; 429 ``rate_limited`` past a budget of the client address.
 """
 
 from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of
-from orchestrator.http._auth import current_tenant
+from orchestrator.http._auth import RATE_LIMITED, current_tenant
+from orchestrator.http._limits import HttpLimitsConfig
+from orchestrator.http._logs import RateLimitedLog, limit_log_rate
 from orchestrator.http._openapi import openapi_document
-from orchestrator.http._server import HttpProtocol
+from orchestrator.http._server import HttpProtocol, HttpServer
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "RATE_LIMITED",
     "STATUS_BY_ERROR_TYPE",
+    "HttpLimitsConfig",
     "HttpProtocol",
+    "HttpServer",
+    "RateLimitedLog",
     "build_app",
     "current_tenant",
+    "limit_log_rate",
     "openapi_document",
     "status_of",
 ]

@@ -20,8 +20,10 @@ from starlette.types import ASGIApp
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
 from orchestrator.http._events import first_read, terminal_events
+from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
+from orchestrator.http._streams import StreamLimit
 from orchestrator.mcp_server import current_http_request, streamable_http_app
 from orchestrator.orchestrator import Orchestrator
 from orchestrator.tenants import TenantKeys
@@ -177,10 +179,14 @@ def build_app(
     host: str = "127.0.0.1",
     max_body_bytes: int = MAX_BODY_BYTES,
     mcp: bool = True,
+    limits: HttpLimitsConfig | None = None,
 ) -> ASGIApp:
     """The HTTP API, and MCP at ``/mcp``, over ``orchestrator`` (which the caller starts and
     closes). ``host`` is where it listens: on loopback, MCP refuses requests naming other hosts
-    (DNS rebinding). The app's lifespan must run (uvicorn runs it) for ``/mcp`` to answer."""
+    (DNS rebinding). The app's lifespan must run (uvicorn runs it) for ``/mcp`` to answer.
+    ``limits``: the wrong keys an address may present, the streams a tenant may hold (the
+    connection limits are the server's, ``HttpServer``)."""
+    limits = limits or HttpLimitsConfig()
     api = _Api(orchestrator, max_body_bytes)
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -210,4 +216,9 @@ def build_app(
             Exception: _unexpected,
         },
     )
-    return BearerAuth(app, keys)
+    return BearerAuth(
+        StreamLimit(app, limits.max_streams_per_tenant),
+        keys,
+        failures_per_minute=limits.auth_failures_per_minute,
+        audit=lambda: orchestrator.audit_log,
+    )

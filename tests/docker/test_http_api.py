@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from openapi_spec_validator import validate
 
-from orchestrator.http import build_app
+from orchestrator.http import HttpLimitsConfig, build_app
 from orchestrator.images import ImageBuildResult
 from orchestrator.orchestrator import Orchestrator
 from orchestrator.tenants import TenantConfig, TenantKeys, hash_key, new_key
@@ -50,7 +50,8 @@ async def orch(worker_image: ImageBuildResult) -> AsyncIterator[Orchestrator]:
 @pytest.fixture
 async def client(orch: Orchestrator) -> AsyncIterator[Client]:
     """Clients of the app in-process, one per API key (or none)."""
-    app = build_app(orch, KEYS, mcp=False)
+    # Every test's requests come from one address; the wrong-key budget is tested on its own.
+    app = build_app(orch, KEYS, mcp=False, limits=HttpLimitsConfig(auth_failures_per_minute=10**6))
     async with contextlib.AsyncExitStack() as stack:
 
         def make(key: str = KEY_A) -> httpx.AsyncClient:
