@@ -4,14 +4,15 @@ classes or sets attributes by name on behalf of user code, whatever path led the
   by typeeval.py, in guarded namespaces, never with ``eval()`` in a module's globals.
 - ``string.Formatter.get_field``: field traversal (``{0.attr}``) goes through the guard.
 - ``dataclasses._process_class`` and ``_get_field``: field names are pasted into generated
-  source code. Only classes a cell defined, with standard metaclasses, pass; the annotations are
-  copied once and checked (plain identifiers), base fields must be real ``Field`` objects with
-  such names, and a cell cannot rename a ``Field`` later (guards.py makes them read-only).
+  source code. Asked for by a cell, only classes a cell defined, with standard metaclasses,
+  pass; the annotations are copied once and checked (plain identifiers), base fields must be
+  real ``Field`` objects with such names, and a cell cannot rename a ``Field`` later (guards.py
+  makes them read-only). A library decorating its own classes (at import) is left alone.
 - ``copy._reconstruct``: the state a ``__reduce__`` result (or an entry of the public
   ``copy.dispatch_table``) asks for is set as a cell's own writes would be: never on modules,
   library classes or library functions, never under a dunder name.
-- ``types.new_class`` (and so ``dataclasses.make_dataclass``) and enum's functional API keep the
-  class-body rule (classes.py).
+- ``types.new_class`` (and so ``dataclasses.make_dataclass``), asked for by a cell, and enum's
+  functional API keep the class-body rule (classes.py).
 The worker installs them once; tests undo them with the callable ``install`` returns."""
 
 import copy
@@ -23,6 +24,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from .classes import ClassRules
@@ -33,6 +35,8 @@ from .safe_callables import guarded_get_field
 from .typeeval import Annotations
 
 _FIELDS = "__dataclass_fields__"
+# Library modules a cell's request passes through on its way to a patched function.
+_HOPS = frozenset({"dataclasses", "types"})
 _TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_MRO = type.__dict__["__mro__"]
 
@@ -106,10 +110,10 @@ def install(
         ),
     )
     patch(string.Formatter, "get_field", lambda _original: _get_field(guard))
-    patch(dataclasses, "_process_class", _process_class)
+    patch(dataclasses, "_process_class", lambda original: _process_class(guard, original))
     patch(dataclasses, "_get_field", _checked_field)
     patch(copy, "_reconstruct", lambda _original: _reconstruct(guard, classes))
-    patch(types, "new_class", lambda _original: classes.new_class)
+    patch(types, "new_class", lambda original: _new_class(guard, classes, original))
     patch(enum.EnumType, "_create_", lambda original: _enum_create(classes, original))
 
     def restore() -> None:
@@ -128,12 +132,38 @@ def _get_field(guard: AttributeGuard) -> Callable[..., tuple[Any, str]]:
     return get_field
 
 
-def _process_class(original: Callable[..., object]) -> Callable[..., object]:
+def asked_by_a_cell(guard: AttributeGuard) -> bool:
+    """True when the code that called into dataclasses or types (past those modules and the
+    worker's own frames) runs in the session's namespace: a cell, or a function one defined."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        namespace = frame.f_globals
+        if namespace is guard.namespace:
+            return True
+        if namespace.get("__name__") not in _HOPS and namespace.get("__package__") != __package__:
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _process_class(guard: AttributeGuard, original: Callable[..., object]) -> Callable[..., object]:
     def process_class(cls: type, *args: Any, **kwargs: Any) -> object:
-        check_dataclass(cls)
+        if asked_by_a_cell(guard):
+            check_dataclass(cls)
         return original(cls, *args, **kwargs)
 
     return process_class
+
+
+def _new_class(
+    guard: AttributeGuard, classes: ClassRules, original: Callable[..., type]
+) -> Callable[..., type]:
+    def new_class(*args: Any, **kwargs: Any) -> type:
+        if asked_by_a_cell(guard):
+            return classes.new_class(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return new_class
 
 
 def _checked_field(original: Callable[..., object]) -> Callable[..., object]:
@@ -204,11 +234,11 @@ def _caller_module() -> str | None:
     """The module that called enum's functional API, as enum itself would find it, past this
     wrapper and the worker's own frames (a call routed through classes.py)."""
     try:
-        frame = sys._getframe(3)
+        frame: FrameType | None = sys._getframe(3)
     except ValueError:
         return None
     while frame is not None and frame.f_globals.get("__package__") == __package__:
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return None if frame is None else frame.f_globals.get("__name__")
 
 

@@ -606,3 +606,19 @@ def test_names_are_checked_as_plain_copies_of_their_characters() -> None:
     assert type(plain) is str and plain == "__globals__" and plain != "other"
     with pytest.raises(TypeError):
         exact_str(b"name")
+
+
+def test_a_library_making_its_own_classes_is_left_alone(executor: Executor) -> None:
+    """A module imported while a cell runs may decorate its classes or call types.new_class:
+    the class-body rule and the dataclass checks apply to what a cell asks for."""
+    import dataclasses
+    import types
+
+    library_class = type("Record", (), {"__module__": "somelib", "__annotations__": {"n": int}})
+    made = dataclasses.dataclass(library_class)
+    assert made(1).n == 1  # type: ignore[call-arg, attr-defined]
+
+    def body(namespace: dict[str, object]) -> None:
+        namespace["__reduce_ex__"] = lambda self, protocol: (int, ())
+
+    assert types.new_class("Own", (), {}, body).__module__ == "types"
