@@ -30,12 +30,12 @@ from typing import Any
 import anyio
 import psutil
 
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
 from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.docker import DockerClient
-from orchestrator.config import OrchestratorConfig
 from orchestrator.images import ensure_worker_image
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.sessions import Session
+from orchestrator.session.session import Session
 
 LABELS = {"sbx.bench": "density"}
 MIB = 1024 * 1024

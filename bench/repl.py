@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 from _stats import summary
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.backend.base import ExecSpec
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 
 LABELS = {"sbx.bench": "repl"}
 

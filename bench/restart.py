@@ -24,9 +24,9 @@ from pathlib import Path
 import anyio
 from _stats import summary
 
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.config import OrchestratorConfig
-from orchestrator.orchestrator import Orchestrator
 
 LABELS = {"sbx.bench": "restart"}
 

@@ -28,9 +28,9 @@ from typing import Any
 import anyio
 from _stats import summary
 
-from orchestrator.config import OrchestratorConfig
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
 from orchestrator.errors import OrchestratorError
-from orchestrator.orchestrator import Orchestrator
 
 LABELS = {"sbx.bench": "runtimes"}
 RUNTIMES = ("runc", "runsc")

@@ -15,8 +15,8 @@ import time
 import anyio
 from _stats import summary
 
-from orchestrator.config import OrchestratorConfig
-from orchestrator.orchestrator import Orchestrator
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
 
 LABELS = {"sbx.bench": "session-ready"}
 POOL_SIZE = 2

@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 from _stats import summary
 
-from orchestrator.config import OrchestratorConfig
-from orchestrator.orchestrator import Orchestrator
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
 
 LABELS = {"sbx.bench": "terminal"}
 COMMAND = "echo hi"

@@ -25,9 +25,9 @@ import anyio
 import psutil
 from _stats import summary
 
-from orchestrator.config import OrchestratorConfig
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.sessions import Session
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
+from orchestrator.session.session import Session
 
 LABELS = {"sbx.bench": "throughput"}
 CELL = "sum(range(1000))"

@@ -16,14 +16,14 @@ _EXPORTS = {
     "TOOLS": "orchestrator.tools",
     "BackendUnavailableError": "orchestrator.errors",
     "BusyError": "orchestrator.errors",
-    "ExecuteResult": "orchestrator.orchestrator",
+    "ExecuteResult": "orchestrator._api",
     "ExecutionError": "orchestrator.errors",
     "ImageBuildResult": "orchestrator.images",
     "InvalidArgumentError": "orchestrator.errors",
-    "Orchestrator": "orchestrator.orchestrator",
-    "OrchestratorConfig": "orchestrator.orchestrator",
+    "Orchestrator": "orchestrator._api",
+    "OrchestratorConfig": "orchestrator._api",
     "OrchestratorError": "orchestrator.errors",
-    "Policy": "orchestrator.policy",
+    "Policy": "orchestrator.policy.model",
     "PolicyFileError": "orchestrator.errors",
     "PolicyViolationError": "orchestrator.errors",
     "QuotaExceededError": "orchestrator.errors",
@@ -32,8 +32,8 @@ _EXPORTS = {
     "Tool": "orchestrator.tools",
     "ToolResult": "orchestrator.tools",
     "ensure_worker_image": "orchestrator.images",
-    "load_policy": "orchestrator.policy",
-    "shipped_policy_names": "orchestrator.policy",
+    "load_policy": "orchestrator.policy.model",
+    "shipped_policy_names": "orchestrator.policy.model",
 }
 
 
@@ -51,6 +51,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from orchestrator._api import ExecuteResult, Orchestrator, OrchestratorConfig
     from orchestrator.errors import (
         BackendUnavailableError,
         BusyError,
@@ -63,8 +64,7 @@ if TYPE_CHECKING:
         SessionNotFoundError,
     )
     from orchestrator.images import ImageBuildResult, ensure_worker_image
-    from orchestrator.orchestrator import ExecuteResult, Orchestrator, OrchestratorConfig
-    from orchestrator.policy import Policy, load_policy, shipped_policy_names
+    from orchestrator.policy.model import Policy, load_policy, shipped_policy_names
     from orchestrator.sync import SyncOrchestrator
     from orchestrator.tools import TOOLS, Tool, ToolResult
 

@@ -26,6 +26,24 @@ from __future__ import annotations
 
 from typing import ClassVar, Final
 
+__all__ = [
+    "ERROR_TYPES",
+    "BackendError",
+    "BackendUnavailableError",
+    "BusyError",
+    "ExecutionError",
+    "ExecutionTimeoutError",
+    "ImageError",
+    "ImageToolMissingError",
+    "InvalidArgumentError",
+    "OrchestratorError",
+    "PolicyFileError",
+    "PolicyViolationError",
+    "ProcessCrashedError",
+    "QuotaExceededError",
+    "SessionNotFoundError",
+]
+
 ERROR_TYPES: Final = (
     "invalid_argument",
     "session_not_found",

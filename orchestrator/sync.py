@@ -15,8 +15,10 @@ from typing import Any, Self, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from orchestrator.orchestrator import ExecuteResult, Orchestrator, OrchestratorConfig
+from orchestrator._api import ExecuteResult, Orchestrator, OrchestratorConfig
 from orchestrator.tools import ToolResult
+
+__all__ = ["SyncOrchestrator"]
 
 T = TypeVar("T")
 

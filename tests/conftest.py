@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient
-from orchestrator.policy import Policy
+from orchestrator.policy.model import Policy
 
 if TYPE_CHECKING:
     from orchestrator.images import ImageBuildResult

@@ -7,7 +7,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from orchestrator.policy import Policy
+from orchestrator.policy.model import Policy
+
+__all__ = [
+    "HOME",
+    "LABEL_ORCHESTRATOR",
+    "LABEL_POLICY_NAME",
+    "LABEL_SESSION",
+    "LABEL_TENANT",
+    "SANDBOX_UID",
+    "STDERR",
+    "STDOUT",
+    "WORKSPACE",
+    "ContainerSpec",
+    "ContainerState",
+    "ContainerSummary",
+    "ExecResult",
+    "ExecSpec",
+    "ExecStream",
+]
 
 SANDBOX_UID = 10001
 WORKSPACE = "/workspace"

@@ -8,6 +8,8 @@ import sys
 
 import typer
 
+__all__ = ["main"]
+
 # Each command and group: (name, module, attribute), in the order ``sbx --help`` lists them. A
 # command's module is imported only when the command runs or all are listed, so ``sbx mcp``
 # starts without the HTTP server, the image builder or the policy tools.

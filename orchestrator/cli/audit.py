@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.audit import verify
+from orchestrator.audit._log import verify
 from orchestrator.cli._common import reported_errors, stdout
+
+__all__ = ["audit_app", "audit_verify"]
 
 audit_app = typer.Typer(help="Check the audit log.", no_args_is_help=True)
 

@@ -23,9 +23,11 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator._core.tenants import LOCAL_KEY_FILE, data_dir, local_key
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, stdout
 from orchestrator.errors import BackendUnavailableError, InvalidArgumentError, OrchestratorError
-from orchestrator.tenants import LOCAL_KEY_FILE, data_dir, local_key
+
+__all__ = ["ServerClient", "resolve_key"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # The longest silence to wait through for an answer: the default policy's longest command

@@ -11,10 +11,12 @@ import anyio
 import typer
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from orchestrator._core.config import OrchestratorConfig
 from orchestrator.backend.docker import DockerClient
 from orchestrator.cli._common import reported_errors, stderr, stdout, until_terminated
-from orchestrator.config import OrchestratorConfig
 from orchestrator.images import BuildProgress, ImageBuildResult, ensure_worker_image
+
+__all__ = ["with_image"]
 
 # A log line wider than this would wrap and make the live display jump.
 MAX_LOG_CHARS = 90

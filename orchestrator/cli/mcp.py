@@ -14,7 +14,7 @@ the local tenant's key in the data directory) and ``--task`` / ``SBX_TASK``, so 
 this process. It needs no engine and no image; EOF and the stop signals end it at once.
 
 The first frame is read before anything slow is imported, and an ``initialize`` is answered at
-once (``orchestrator.mcp_handshake``); the imports that serving needs are made inside the
+once (``orchestrator.mcp_server.handshake``); the imports that serving needs are made inside the
 functions that serve, and the orchestrator starts while the client lists the tools.
 """
 
@@ -32,13 +32,15 @@ import typer
 
 from orchestrator.cli._common import reported_errors
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.mcp_handshake import EarlyAnswer, answer_initialize_early
+from orchestrator.mcp_server.handshake import EarlyAnswer, answer_initialize_early
 
 if TYPE_CHECKING:
-    from orchestrator.config import OrchestratorConfig
-    from orchestrator.mcp_forward import RemoteSbx
-    from orchestrator.orchestrator import Orchestrator
+    from orchestrator._api import Orchestrator
+    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator.mcp_server.forward import RemoteSbx
     from orchestrator.tools import ToolResult
+
+__all__ = ["mcp"]
 
 log = logging.getLogger("orchestrator.cli.mcp")
 
@@ -92,8 +94,8 @@ def mcp(
 
 
 def _serving(policy: str | None, early: EarlyAnswer) -> Callable[[], Awaitable[None]]:
-    from orchestrator.config import OrchestratorConfig
-    from orchestrator.policy import load_policy
+    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator.policy.model import load_policy
 
     config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
     config = config.side_by_side("mcp", adopt=True)
@@ -105,7 +107,7 @@ def _forwarding(
     url: str, key: str | None, task: str | None, early: EarlyAnswer
 ) -> Callable[[], Awaitable[None]]:
     from orchestrator.cli.call import resolve_key
-    from orchestrator.mcp_forward import RemoteSbx
+    from orchestrator.mcp_server.forward import RemoteSbx
 
     remote = RemoteSbx(url, key=resolve_key(key), task=task)
     return lambda: _forward(remote, early)
@@ -139,7 +141,7 @@ async def _serve_until_stopped(serve: Callable[[], Awaitable[None]]) -> int | No
 async def _serve(config: OrchestratorConfig, early: EarlyAnswer) -> None:
     """Answer ``initialize`` first, then start the orchestrator while the client lists tools:
     calls wait for it. A failed start ends serving with its error, as before serving began."""
-    from orchestrator.mcp_server import serve_stdio
+    from orchestrator.mcp_server.server import serve_stdio
 
     starting = _Starting()
     answered = anyio.Event()
@@ -184,8 +186,8 @@ async def _run_orchestrator(
     with anyio.move_on_after(FIRST_REQUEST_WAIT):
         await answered.wait()
     await anyio.to_thread.run_sync(_import_orchestrator)
+    from orchestrator._api import Orchestrator
     from orchestrator.cli.image import with_image
-    from orchestrator.orchestrator import Orchestrator
 
     config = await with_image(config)
     async with Orchestrator(config) as orchestrator:
@@ -196,12 +198,11 @@ async def _run_orchestrator(
 
 
 def _import_orchestrator() -> None:
-    import orchestrator.cli.image
-    import orchestrator.orchestrator  # noqa: F401
+    pass
 
 
 async def _forward(remote: RemoteSbx, early: EarlyAnswer) -> None:
-    from orchestrator.mcp_forward import serve_stdio_forwarding
+    from orchestrator.mcp_server.forward import serve_stdio_forwarding
 
     log.info("serving MCP on stdio, forwarding to %s", remote.endpoint)
     await serve_stdio_forwarding(remote, early=early)

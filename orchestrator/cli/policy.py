@@ -10,7 +10,9 @@ import typer
 
 from orchestrator.cli._common import reported_errors, stdout
 from orchestrator.cli.policy_test import policy_diff, policy_explain, policy_test
-from orchestrator.policy import Policy, load_policy
+from orchestrator.policy.model import Policy, load_policy
+
+__all__ = ["policy_app", "policy_check"]
 
 policy_app = typer.Typer(help="Inspect, test and compare policies.", no_args_is_help=True)
 policy_app.command("test")(policy_test)

@@ -17,14 +17,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, stderr, until_terminated
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
-from orchestrator.policy import load_policy
-from orchestrator.policy_cases import load_cases
-from orchestrator.policy_diff import RISK_ORDER, Change, Risk, diff
-from orchestrator.policy_explain import Explanation, explain_code, explain_command
-from orchestrator.policy_junit import junit_xml, write_junit
-from orchestrator.policy_tests import (
+from orchestrator.policy.model import load_policy
+from orchestrator.policy_ci.cases import load_cases
+from orchestrator.policy_ci.diff import RISK_ORDER, Change, Risk, diff
+from orchestrator.policy_ci.explain import Explanation, explain_code, explain_command
+from orchestrator.policy_ci.junit import junit_xml, write_junit
+from orchestrator.policy_ci.runner import (
     DEFAULT_JOBS,
     MAX_JOBS,
     CasePlan,
@@ -35,6 +35,8 @@ from orchestrator.policy_tests import (
     plan,
     summary,
 )
+
+__all__ = ["policy_diff", "policy_explain", "policy_test"]
 
 # A case did not get what it expected (or could not run): the run proved nothing good.
 EXIT_FAILED = 1

@@ -10,8 +10,10 @@ from typing import Annotated, Any
 import anyio
 import typer
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, until_terminated
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
+
+__all__ = ["run"]
 
 
 def run(

@@ -47,15 +47,24 @@ import anyio
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator.arguments import check_policy_name
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core.manager import MAX_POOL_SIZE
+from orchestrator._core.tenants import (
+    LOCAL_KEY_FILE,
+    LOCAL_TENANT,
+    TenantKeys,
+    data_dir,
+    local_tenant,
+)
 from orchestrator.cli._common import reported_errors, stderr
 from orchestrator.cli.image import with_image
-from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
-from orchestrator.orchestrator import MAX_POOL_SIZE, Orchestrator
-from orchestrator.policy import load_policy
-from orchestrator.tenants import LOCAL_KEY_FILE, LOCAL_TENANT, TenantKeys, data_dir, local_tenant
+from orchestrator.policy.arguments import check_policy_name
+from orchestrator.policy.model import load_policy
+
+__all__ = ["serve"]
 
 log = logging.getLogger("orchestrator.cli.serve")
 

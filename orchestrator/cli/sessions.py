@@ -10,11 +10,13 @@ import anyio
 import typer
 from rich.table import Table
 
+from orchestrator._core.tenants import data_dir
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.cli._common import reported_errors, stdout
-from orchestrator.fleet import FleetEntry, kill_session, list_fleet
-from orchestrator.store import read_owners
-from orchestrator.tenants import data_dir
+from orchestrator.registry.fleet import FleetEntry, kill_session, list_fleet
+from orchestrator.registry.store import read_owners
+
+__all__ = ["kill", "ps"]
 
 
 def ps(

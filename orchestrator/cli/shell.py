@@ -35,11 +35,13 @@ from typing import Annotated, Any
 import anyio
 import typer
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, until_terminated
 from orchestrator.cli.call import ServerClient, resolve_key
 from orchestrator.cli.image import with_image
 from orchestrator.errors import OrchestratorError
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
+
+__all__ = ["Call", "CallFailedError", "Console", "attach", "shell"]
 
 # ``exec``: the shell's exit status is the terminal's, with no bash -c in between.
 SHELL_COMMAND = "exec bash --login -i"

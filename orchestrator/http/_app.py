@@ -17,6 +17,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from orchestrator._api import Orchestrator
+from orchestrator._core.tenants import TenantKeys
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
 from orchestrator.http._events import first_read, terminal_events
@@ -24,9 +26,7 @@ from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
 from orchestrator.http._streams import StreamLimit
-from orchestrator.mcp_server import current_http_request, streamable_http_app
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.tenants import TenantKeys
+from orchestrator.mcp_server.server import current_http_request, streamable_http_app
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from mcp_types import INVALID_REQUEST
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.audit import AuditLog
+from orchestrator._core.tenants import TenantKeys, hash_key
+from orchestrator.audit._log import AuditLog
 from orchestrator.errors import OrchestratorError
 from orchestrator.http._limits import AUTH_FAILURES_PER_MINUTE, MAX_TRACKED_CLIENTS, Budgets
-from orchestrator.tenants import TenantKeys, hash_key
 
 log = logging.getLogger(__name__)
 

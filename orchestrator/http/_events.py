@@ -21,10 +21,10 @@ from typing import Any
 
 import anyio
 
+from orchestrator._api import Orchestrator
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.http._routes import query_integer
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.terminal_args import MAX_CURSOR, MIN_READ_BYTES
+from orchestrator.session.terminal.args import MAX_CURSOR, MIN_READ_BYTES
 from orchestrator.tools import ToolResult
 
 # Each wait returns at least this often, and a keep-alive comment goes out when it had nothing.

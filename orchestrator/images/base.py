@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from orchestrator.backend.docker._client import DockerClient, NotFoundError
+from orchestrator.backend.docker import DockerClient, NotFoundError
 from orchestrator.errors import (
     BackendError,
     BackendUnavailableError,
@@ -37,6 +37,8 @@ from orchestrator.images.debootstrap import (
     default_suite,
 )
 from orchestrator.images.progress import BuildProgress
+
+__all__ = ["ensure_base_image", "local_image_id"]
 
 # A reachable registry streams progress within seconds and a small base lands in a minute or two;
 # a registry that cannot be reached should cost no more than this before the debootstrap fallback.

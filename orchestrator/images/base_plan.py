@@ -20,6 +20,20 @@ from dataclasses import dataclass
 from orchestrator.errors import ImageToolMissingError
 from orchestrator.images.debootstrap import base_tag
 
+__all__ = [
+    "APT_ENV",
+    "APT_INSTALL_DEBOOTSTRAP",
+    "APT_UPDATE",
+    "PINNED_PYTHON_IMAGE",
+    "Candidate",
+    "Debootstrap",
+    "HostTools",
+    "NoWayHere",
+    "Pull",
+    "UseLocal",
+    "plan_base",
+]
+
 # The official image, pinned by digest so every host that can pull gets the same bytes. The tag
 # beside the digest is for people; the engine resolves the digest alone. Where no registry answers
 # the pull fails at once and the Debian base is built instead.

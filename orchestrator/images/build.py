@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from orchestrator.backend.docker._client import DockerClient
+from orchestrator.backend.docker import DockerClient
 from orchestrator.images._cache import build_lock
 from orchestrator.images.base import ensure_base_image
 from orchestrator.images.progress import BuildProgress, NullProgress
@@ -22,6 +22,8 @@ from orchestrator.images.worker import (
     read_inputs,
     worker_tag,
 )
+
+__all__ = ["ImageBuildResult", "ensure_worker_image"]
 
 # Waiting for another process's build of the same worker image: its own bound, and some.
 WORKER_LOCK_TIMEOUT = BUILD_TIMEOUT + 60.0

@@ -18,11 +18,21 @@ from pathlib import Path
 
 import anyio
 
-from orchestrator.backend.docker._client import DockerClient
+from orchestrator.backend.docker import DockerClient
 from orchestrator.errors import ImageError, ImageToolMissingError, InvalidArgumentError
 from orchestrator.images._process import run_tool
 from orchestrator.images.progress import BuildProgress
 from orchestrator.images.sources import find_mirror
+
+__all__ = [
+    "DEBOOTSTRAP_TIMEOUT",
+    "base_tag",
+    "build_base_image",
+    "check_suite",
+    "default_suite",
+    "mounts_under",
+    "remove_workdir",
+]
 
 BASE_REPOSITORY = "sbx-base"
 # A Debian codename doubles as a Docker tag; nothing else may reach debootstrap's argv.

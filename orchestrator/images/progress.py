@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+__all__ = ["BuildProgress", "NullProgress"]
+
 
 class BuildProgress(Protocol):
     """Receives the steps of an image build and the log lines of the step running."""

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["AptSource", "find_mirror", "parse_deb822", "parse_one_line", "read_sources"]
+
 DEFAULT_APT_DIR = Path("/etc/apt")
 # Schemes debootstrap can fetch from by itself; apt-only transports (mirror+, tor+, cdrom:) are not.
 _FETCHABLE = re.compile(r"^(https?|ftp|file):", re.IGNORECASE)

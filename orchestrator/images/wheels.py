@@ -23,11 +23,13 @@ import anyio
 import requests.exceptions
 
 from orchestrator.backend.base import LABEL_ORCHESTRATOR
-from orchestrator.backend.docker._client import DockerClient
+from orchestrator.backend.docker import DockerClient
 from orchestrator.errors import ImageError, ImageToolMissingError
 from orchestrator.images._cache import cache_dir
 from orchestrator.images._process import run_tool
 from orchestrator.images.progress import BuildProgress
+
+__all__ = ["IMAGE_BUILD_LABEL", "fetch_wheels", "probe_python"]
 
 # One pinned release: its abi3 wheels fit every CPython >= 3.6, so one pin serves every base.
 PSUTIL_VERSION = "7.2.2"

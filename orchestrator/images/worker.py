@@ -21,10 +21,21 @@ from typing import Any
 import anyio.from_thread
 
 from orchestrator._resources import worker_dockerfile, worker_source_dir
-from orchestrator.backend.docker._client import DockerClient, NotFoundError
+from orchestrator.backend.docker import DockerClient, NotFoundError
 from orchestrator.errors import ImageError
 from orchestrator.images._process import TAIL_LINES
 from orchestrator.images.progress import BuildProgress
+
+__all__ = [
+    "BUILD_TIMEOUT",
+    "BuildInputs",
+    "build_worker_image",
+    "image_inputs_hash",
+    "image_is_current",
+    "read_inputs",
+    "worker_files",
+    "worker_tag",
+]
 
 WORKER_REPOSITORY = "sbx-worker"
 LABEL_IMAGE_INPUTS = "sbx.image-inputs"

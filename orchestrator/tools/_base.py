@@ -20,7 +20,7 @@ from orchestrator.tools._text import render_text
 from orchestrator.tools._unicode import valid_unicode
 
 if TYPE_CHECKING:
-    from orchestrator.orchestrator import Orchestrator
+    from orchestrator._core.manager import SessionManager
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ CALL_FAILURES: Final = frozenset(
 )
 
 Fields = dict[str, Any]
-Handler = Callable[["Orchestrator", str | None, Any], Awaitable[Fields]]
+Handler = Callable[["SessionManager", str | None, Any], Awaitable[Fields]]
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class ToolResult:
 
 
 async def call_tool(
-    orchestrator: Orchestrator,
+    orchestrator: SessionManager,
     tool: Tool,
     arguments: Any,
     *,

@@ -9,7 +9,9 @@ from pydantic import Field
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 
 if TYPE_CHECKING:
-    from orchestrator.orchestrator import Orchestrator
+    from orchestrator._core.manager import SessionManager
+
+__all__ = ["FILES_TOOL"]
 
 SESSION_ID = Field(description="The session whose files to use.")
 PATH = Field(description="A path under /workspace (relative paths start there).")
@@ -39,7 +41,7 @@ class UploadArgs(ToolArgs):
     tar_b64: str = Field(description="A tar archive (optionally gzip/bz2/xz), base64-encoded.")
 
 
-async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fields:
+async def _write(orch: SessionManager, tenant: str | None, args: WriteArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     result = await session.files.write(
         args.path,
@@ -50,23 +52,23 @@ async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fie
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _read(orch: Orchestrator, tenant: str | None, args: PathArgs) -> Fields:
+async def _read(orch: SessionManager, tenant: str | None, args: PathArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.read(args.path)).model_dump()}
 
 
-async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Fields:
+async def _list(orch: SessionManager, tenant: str | None, args: ListArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.list(args.path)).model_dump()}
 
 
-async def _upload(orch: Orchestrator, tenant: str | None, args: UploadArgs) -> Fields:
+async def _upload(orch: SessionManager, tenant: str | None, args: UploadArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     result = await session.files.upload(args.path, tar_b64=args.tar_b64)
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _download(orch: Orchestrator, tenant: str | None, args: PathArgs) -> Fields:
+async def _download(orch: SessionManager, tenant: str | None, args: PathArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.download(args.path)).model_dump()}
 

@@ -9,7 +9,9 @@ from pydantic import Field
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 
 if TYPE_CHECKING:
-    from orchestrator.orchestrator import Orchestrator
+    from orchestrator._core.manager import SessionManager
+
+__all__ = ["PROCESS_TOOL"]
 
 PROCESS = "process"
 
@@ -37,7 +39,7 @@ class KillArgs(ToolArgs):
     process_id: str = Field(description="A process id from `start`.")
 
 
-async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
+async def _start(orch: SessionManager, tenant: str | None, args: StartArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     result = await session.processes.start(
         args.command, cwd=args.cwd, env=args.env, confirm_dangerous=args.confirm_dangerous
@@ -45,7 +47,7 @@ async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fie
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Fields:
+async def _list(orch: SessionManager, tenant: str | None, args: ListArgs) -> Fields:
     if args.session_id is not None:
         sessions = [await orch.session(args.session_id, tenant=tenant)]
     else:
@@ -60,13 +62,13 @@ async def _list(orch: Orchestrator, tenant: str | None, args: ListArgs) -> Field
     return {"processes": processes, "count": len(processes)}
 
 
-async def _read_output(orch: Orchestrator, tenant: str | None, args: ReadOutputArgs) -> Fields:
+async def _read_output(orch: SessionManager, tenant: str | None, args: ReadOutputArgs) -> Fields:
     session = await orch.session_of(PROCESS, args.process_id, tenant=tenant)
     result = await session.processes.read_output(args.process_id, tail=args.tail)
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Fields:
+async def _kill(orch: SessionManager, tenant: str | None, args: KillArgs) -> Fields:
     session = await orch.session_of(PROCESS, args.process_id, tenant=tenant)
     result = await session.processes.kill(args.process_id)
     return {"session_id": session.id, **result.model_dump()}

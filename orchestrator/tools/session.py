@@ -9,19 +9,21 @@ from pydantic import Field
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 
 if TYPE_CHECKING:
-    from orchestrator.orchestrator import Orchestrator
+    from orchestrator._core.manager import SessionManager
+
+__all__ = ["SESSION_TOOL"]
 
 
 class SessionArgs(ToolArgs):
     session_id: str = Field(description="The session.")
 
 
-async def _pause(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
+async def _pause(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
     changed = await orch.pause(args.session_id, tenant=tenant)
     return {"session_id": args.session_id, "paused": True, "changed": changed}
 
 
-async def _resume(orch: Orchestrator, tenant: str | None, args: SessionArgs) -> Fields:
+async def _resume(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
     changed = await orch.resume(args.session_id, tenant=tenant)
     return {"session_id": args.session_id, "paused": False, "changed": changed}
 
@@ -38,12 +40,12 @@ class CloseOwnerArgs(ToolArgs):
     task: str = Field(description="The task whose sessions and terminals end.")
 
 
-async def _share(orch: Orchestrator, tenant: str | None, args: ShareArgs) -> Fields:
+async def _share(orch: SessionManager, tenant: str | None, args: ShareArgs) -> Fields:
     actions = await orch.share(args.terminal_id, args.task, list(args.actions), tenant=tenant)
     return {"terminal_id": args.terminal_id, "task": args.task, "actions": actions}
 
 
-async def _close_owner(orch: Orchestrator, tenant: str | None, args: CloseOwnerArgs) -> Fields:
+async def _close_owner(orch: SessionManager, tenant: str | None, args: CloseOwnerArgs) -> Fields:
     return await orch.close_owner(args.task, tenant=tenant)
 
 

@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from orchestrator.command_policy import enforce
+from orchestrator.policy.commands import enforce
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 
 if TYPE_CHECKING:
-    from orchestrator.orchestrator import Orchestrator
-    from orchestrator.sessions import Session
+    from orchestrator._core.manager import SessionManager
+    from orchestrator.session.session import Session
+
+__all__ = ["TERMINAL_TOOL"]
 
 TERMINAL = "terminal"
 TERMINAL_ID = Field(description="A terminal id from `start`.")
@@ -79,7 +81,7 @@ class RunArgs(ToolArgs):
 
 
 async def _command_session(
-    orch: Orchestrator, tenant: str | None, args: StartArgs | RunArgs
+    orch: SessionManager, tenant: str | None, args: StartArgs | RunArgs
 ) -> tuple[Session, bool]:
     """Find or create the session; a command its policy refuses creates none (the session's
     terminals and shell enforce the policy again, on every path)."""
@@ -89,7 +91,7 @@ async def _command_session(
     return await orch.open_session(args.session_id, policy=args.policy, tenant=tenant)
 
 
-async def _start(orch: Orchestrator, tenant: str | None, args: StartArgs) -> Fields:
+async def _start(orch: SessionManager, tenant: str | None, args: StartArgs) -> Fields:
     session, created = await _command_session(orch, tenant, args)
     result = await session.terminals.start(
         args.command,
@@ -113,13 +115,13 @@ def _reading(args: ReadArgs) -> dict[str, Any]:
     }
 
 
-async def _read(orch: Orchestrator, tenant: str | None, args: ReadArgs) -> Fields:
+async def _read(orch: SessionManager, tenant: str | None, args: ReadArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="read")
     result = await session.terminals.read(args.terminal_id, **_reading(args))
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _wait(orch: Orchestrator, tenant: str | None, args: WaitArgs) -> Fields:
+async def _wait(orch: SessionManager, tenant: str | None, args: WaitArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="wait")
     result = await session.terminals.wait(
         args.terminal_id, timeout_ms=args.timeout_ms, **_reading(args)
@@ -130,7 +132,7 @@ async def _wait(orch: Orchestrator, tenant: str | None, args: WaitArgs) -> Field
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fields:
+async def _write(orch: SessionManager, tenant: str | None, args: WriteArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="write")
     status = await session.terminals.write(
         args.terminal_id, args.input_text, close_stdin=args.close_stdin
@@ -138,25 +140,25 @@ async def _write(orch: Orchestrator, tenant: str | None, args: WriteArgs) -> Fie
     return {"session_id": session.id, **status.model_dump()}
 
 
-async def _interrupt(orch: Orchestrator, tenant: str | None, args: TerminalIdArgs) -> Fields:
+async def _interrupt(orch: SessionManager, tenant: str | None, args: TerminalIdArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="interrupt")
     status = await session.terminals.interrupt(args.terminal_id)
     return {"session_id": session.id, **status.model_dump()}
 
 
-async def _kill(orch: Orchestrator, tenant: str | None, args: KillArgs) -> Fields:
+async def _kill(orch: SessionManager, tenant: str | None, args: KillArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="kill")
     status = await session.terminals.kill(args.terminal_id, signal=args.signal)
     return {"session_id": session.id, **status.model_dump()}
 
 
-async def _resize(orch: Orchestrator, tenant: str | None, args: ResizeArgs) -> Fields:
+async def _resize(orch: SessionManager, tenant: str | None, args: ResizeArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="write")
     status = await session.terminals.resize(args.terminal_id, args.rows, args.cols)
     return {"session_id": session.id, **status.model_dump()}
 
 
-async def _run(orch: Orchestrator, tenant: str | None, args: RunArgs) -> Fields:
+async def _run(orch: SessionManager, tenant: str | None, args: RunArgs) -> Fields:
     session, created = await _command_session(orch, tenant, args)
     result = await session.shell.run(
         args.command, timeout_s=args.timeout_s, confirm_dangerous=args.confirm_dangerous

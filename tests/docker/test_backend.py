@@ -12,7 +12,7 @@ from orchestrator.backend.base import ContainerSpec, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.errors import BackendUnavailableError, InvalidArgumentError
 from orchestrator.images import ImageBuildResult
-from orchestrator.policy import load_policy
+from orchestrator.policy.model import load_policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

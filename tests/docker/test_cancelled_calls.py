@@ -18,13 +18,13 @@ import httpx
 import pytest
 from mcp import Client, MCPError
 
+from orchestrator._api import Orchestrator
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.policy import load_policy
-from orchestrator.protocol import ExecuteReply, payload
-from orchestrator.repl import FRAME_SLACK_BYTES, worker_config
-from orchestrator.worker_process import WorkerProcess
+from orchestrator.policy.model import load_policy
+from orchestrator.session.repl.interpreter import FRAME_SLACK_BYTES, worker_config
+from orchestrator.session.repl.protocol import ExecuteReply, payload
+from orchestrator.session.repl.worker_process import WorkerProcess
 from tests.conftest import ContainerFactory
 from tests.docker.test_audit_trail import records
 from tests.docker.test_mcp_http import client_with_key

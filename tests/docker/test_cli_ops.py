@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 from tests.docker.test_python_repl import config
 

@@ -11,11 +11,11 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.backend.docker._endpoint import EngineEndpoint
 from orchestrator.errors import BackendUnavailableError
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
 from tests.current_engine import ADVERTISED, CurrentEngine
 

@@ -17,11 +17,11 @@ import anyio
 import docker
 import pytest
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.errors import BackendUnavailableError
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
-from orchestrator.policy import load_policy
+from orchestrator.policy.model import load_policy
 from orchestrator.tools import ToolResult
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL, ContainerFactory
 from tests.engine_proxy import EngineProxy

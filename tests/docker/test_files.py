@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-import orchestrator.files as files_module
+import orchestrator.session.files.operations as files_module
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import BackendError, InvalidArgumentError, QuotaExceededError
-from orchestrator.files import SessionFiles
-from orchestrator.policy import Policy, load_policy
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.session.files.operations import SessionFiles
 from tests.conftest import ContainerFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

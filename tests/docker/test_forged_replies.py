@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.audit import verify
+from orchestrator._api import Orchestrator
+from orchestrator.audit._log import verify
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

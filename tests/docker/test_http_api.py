@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 from openapi_spec_validator import validate
 
+from orchestrator._api import Orchestrator
+from orchestrator._core.tenants import TenantConfig, TenantKeys, hash_key, new_key
 from orchestrator.http import HttpLimitsConfig, build_app
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.tenants import TenantConfig, TenantKeys, hash_key, new_key
 from orchestrator.tools import TOOLS
 from tests.docker.test_mcp_http import client_with_key
 from tests.docker.test_python_repl import config

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from mcp import MCPError
 
+from orchestrator._api import Orchestrator
 from orchestrator.http import build_app
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from tests.docker.test_http_api import CALL_TIMEOUT, KEY_A, KEYS, serving
 from tests.docker.test_mcp_http import client_with_key
 from tests.docker.test_python_repl import config

@@ -26,10 +26,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from orchestrator._api import Orchestrator
+from orchestrator._core.tenants import TenantKeys, new_key
 from orchestrator.http import build_app, openapi_document
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.tenants import TenantKeys, new_key
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker]

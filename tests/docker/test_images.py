@@ -20,7 +20,7 @@ from orchestrator.images._cache import build_lock
 from orchestrator.images.base import local_image_id
 from orchestrator.images.debootstrap import build_base_image, mounts_under, remove_workdir
 from orchestrator.images.wheels import IMAGE_BUILD_LABEL, probe_python
-from orchestrator.policy import load_policy
+from orchestrator.policy.model import load_policy
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 
 pytestmark = pytest.mark.docker

@@ -13,11 +13,11 @@ import anyio
 import docker
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.backend.base import ContainerSpec
 from orchestrator.errors import SessionNotFoundError
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.policy import load_policy
+from orchestrator.policy.model import load_policy
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 from tests.docker.test_python_repl import config
 

@@ -17,9 +17,9 @@ from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from orchestrator._api import Orchestrator
 from orchestrator.images import ImageBuildResult
-from orchestrator.mcp_server import McpHttpApp, current_http_request, streamable_http_app
-from orchestrator.orchestrator import Orchestrator
+from orchestrator.mcp_server.server import McpHttpApp, current_http_request, streamable_http_app
 from tests.docker.test_mcp_stdio import (
     SCENARIO_TIMEOUT,
     check_tool_listing,

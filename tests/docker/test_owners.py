@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from orchestrator.tools import ToolResult
 from tests.conftest import TEST_ORCHESTRATOR_ID
 from tests.docker.test_python_repl import config

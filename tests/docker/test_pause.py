@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -14,11 +14,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.backend.base import LABEL_ORCHESTRATOR
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.policy_cases import load_cases
-from orchestrator.policy_tests import PolicyTestRunner, load_target, plan
+from orchestrator.policy_ci.cases import load_cases
+from orchestrator.policy_ci.runner import PolicyTestRunner, load_target, plan
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 from tests.docker.test_python_repl import config
 

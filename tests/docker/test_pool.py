@@ -6,9 +6,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.backend.base import LABEL_ORCHESTRATOR
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

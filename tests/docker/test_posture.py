@@ -11,7 +11,7 @@ import pytest
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import BackendUnavailableError
-from orchestrator.policy import Policy, load_policy, shipped_policy_names
+from orchestrator.policy.model import Policy, load_policy, shipped_policy_names
 from tests.conftest import ContainerFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

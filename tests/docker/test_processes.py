@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-import orchestrator.processes as processes_module
+import orchestrator.session.processes as processes_module
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import (
@@ -18,8 +18,8 @@ from orchestrator.errors import (
     QuotaExceededError,
     SessionNotFoundError,
 )
-from orchestrator.policy import Policy, load_policy
-from orchestrator.processes import (
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.session.processes import (
     LOG_CAP_PER_STREAM_BYTES,
     MAX_COMMAND_CHARS,
     ProcessInfo,

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
+from orchestrator._core.owners import task_scope
 from orchestrator.errors import PolicyViolationError, SessionNotFoundError
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
-from orchestrator.owners import task_scope
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.errors import BusyError, InvalidArgumentError, SessionNotFoundError
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -12,11 +12,11 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
+from orchestrator._core.tenants import TenantConfig, TenantQuotas, hash_key, new_key
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, LABEL_TENANT
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.policy import load_policy
-from orchestrator.tenants import TenantConfig, TenantQuotas, hash_key, new_key
+from orchestrator.policy.model import load_policy
 from orchestrator.tools import ToolResult
 from tests.conftest import TEST_ORCHESTRATOR_ID
 from tests.docker.test_python_repl import config

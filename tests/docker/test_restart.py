@@ -16,8 +16,8 @@ import docker
 import httpx
 import pytest
 
+from orchestrator._core.tenants import LOCAL_KEY_FILE
 from orchestrator.images import ImageBuildResult
-from orchestrator.tenants import LOCAL_KEY_FILE
 from tests.conftest import RUN_ID
 from tests.docker.test_mcp_stdio import containers_of
 from tests.docker.test_serve import CALL_TIMEOUT, SERVE, STOP_TIMEOUT, running, serve_env

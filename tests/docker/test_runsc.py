@@ -18,14 +18,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.adoption import sweep
+from orchestrator._api import Orchestrator, OrchestratorConfig
+from orchestrator._core.adoption import sweep
 from orchestrator.backend.base import ContainerSpec, ContainerState, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.errors import OrchestratorError
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator, OrchestratorConfig
-from orchestrator.policy import Policy, load_policy
-from orchestrator.repl import Repl
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.session.repl.interpreter import Repl
 from tests.conftest import IN_CI, RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL, ContainerFactory
 from tests.docker.test_lifecycle import assert_a_stopped_container_ends_the_call
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import orchestrator.backend.docker._spec as spec_module
+from orchestrator._api import Orchestrator
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.backend.docker._seccomp import profile
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
-from orchestrator.policy import load_policy, shipped_policy_names
+from orchestrator.policy.model import load_policy, shipped_policy_names
 from tests.conftest import ContainerFactory
 from tests.docker.test_posture import run_python
 from tests.docker.test_python_repl import config

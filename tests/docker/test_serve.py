@@ -22,8 +22,8 @@ import httpx
 import pytest
 from anyio.streams.text import TextReceiveStream
 
+from orchestrator._core.tenants import LOCAL_KEY_FILE, hash_key, new_key
 from orchestrator.images import ImageBuildResult
-from orchestrator.tenants import LOCAL_KEY_FILE, hash_key, new_key
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 from tests.docker.test_mcp_stdio import containers_of
 

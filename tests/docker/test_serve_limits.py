@@ -27,9 +27,9 @@ import httpx
 import psutil
 import pytest
 
-from orchestrator.audit import verify
+from orchestrator._core.tenants import LOCAL_KEY_FILE
+from orchestrator.audit._log import verify
 from orchestrator.images import ImageBuildResult
-from orchestrator.tenants import LOCAL_KEY_FILE
 from tests.conftest import RUN_ID
 from tests.docker.test_serve import SERVE, STARTUP_TIMEOUT, STOP_TIMEOUT, serve_env
 

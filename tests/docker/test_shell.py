@@ -11,8 +11,8 @@ import pytest
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import InvalidArgumentError, SessionNotFoundError
-from orchestrator.policy import Policy, load_policy
-from orchestrator.shell import PersistentShell
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.session.shell import PersistentShell
 from tests.conftest import ContainerFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

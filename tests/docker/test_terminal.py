@@ -12,8 +12,8 @@ import pytest
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import InvalidArgumentError, QuotaExceededError, SessionNotFoundError
-from orchestrator.policy import Policy, load_policy
-from orchestrator.terminal import SessionTerminals, TerminalResult
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.session.terminal.terminals import SessionTerminals, TerminalResult
 from tests.conftest import ContainerFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -12,8 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator._api import Orchestrator
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from orchestrator.tools import TOOLS
 from tests.docker.test_python_repl import config
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from mcp import Client
 
+from orchestrator._api import Orchestrator
 from orchestrator.images import ImageBuildResult
-from orchestrator.orchestrator import Orchestrator
 from orchestrator.tools._unicode import REPLACEMENT, UNICODE_REPLACED
 from tests.docker.test_mcp_http import client_with_key
 from tests.docker.test_mcp_stdio import (

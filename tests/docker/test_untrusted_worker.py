@@ -10,9 +10,9 @@ import pytest
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import ProcessCrashedError
-from orchestrator.policy import load_policy
-from orchestrator.repl import Repl
-from orchestrator.worker_process import WORKER_ARGV
+from orchestrator.policy.model import load_policy
+from orchestrator.session.repl.interpreter import Repl
+from orchestrator.session.repl.worker_process import WORKER_ARGV
 from tests.conftest import ContainerFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

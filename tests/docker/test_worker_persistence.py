@@ -8,9 +8,9 @@ import pytest
 
 from orchestrator.backend.base import ExecSpec
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.policy import load_policy
-from orchestrator.repl import Repl
-from orchestrator.worker_process import WORKER_ARGV, kill_pid
+from orchestrator.policy.model import load_policy
+from orchestrator.session.repl.interpreter import Repl
+from orchestrator.session.repl.worker_process import WORKER_ARGV, kill_pid
 from tests.conftest import ContainerFactory
 from tests.docker.test_untrusted_worker import processes_matching
 

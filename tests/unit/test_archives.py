@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from orchestrator.archives import checked_download
 from orchestrator.errors import BackendError
+from orchestrator.session.files.archives import checked_download
 
 
 def tar_of(*members: tuple[str, bytes, str]) -> bytes:

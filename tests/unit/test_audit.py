@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
-import orchestrator.audit as audit_module
-from orchestrator.audit import (
+import orchestrator.audit._log as audit_module
+from orchestrator.audit._log import (
     GENESIS_HASH,
     AuditConfig,
     AuditLog,

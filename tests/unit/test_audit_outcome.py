@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.audit_records import call_outcome
+from orchestrator.audit.records import call_outcome
 from orchestrator.errors import ERROR_TYPES
-from orchestrator.protocol import ExecuteReply, ProtocolViolation, Reply, payload
+from orchestrator.session.repl.protocol import ExecuteReply, ProtocolViolation, Reply, payload
 
 CELL = {"execution_time_ms": 1.5, "cpu_time_ms": 1.0, "peak_memory_mb": 30.0, "truncated": False}
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.command_policy import decide, enforce
 from orchestrator.errors import InvalidArgumentError, PolicyViolationError
-from orchestrator.policy import Policy, load_policy
+from orchestrator.policy.commands import decide, enforce
+from orchestrator.policy.model import Policy, load_policy
 
 
 def with_shell(**changes: object) -> Policy:

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.protocol import MAX_INT_DIGITS, ProtocolViolation, decode_frame, untrusted_json
+from orchestrator.session.repl.protocol import (
+    MAX_INT_DIGITS,
+    ProtocolViolation,
+    decode_frame,
+    untrusted_json,
+)
 
 REPLY = '{"type": "reply", "id": "r1", "ok": true, "n": %s}'
 

@@ -17,14 +17,14 @@ from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from orchestrator.mcp_forward import RemoteSbx, build_forwarding_server
-from orchestrator.mcp_handshake import (
+from orchestrator.mcp_server.forward import RemoteSbx, build_forwarding_server
+from orchestrator.mcp_server.handshake import (
     EARLY_VERSIONS,
     answer_initialize_early,
     initialize_reply,
     server_version,
 )
-from orchestrator.mcp_server import build_mcp_server
+from orchestrator.mcp_server.server import build_mcp_server
 
 # The SDK answers an initialize at once; this bounds the in-process exchange.
 EXCHANGE_TIMEOUT = 10.0

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.output_buffer import OutputBuffer
+from orchestrator.session.terminal.output_buffer import OutputBuffer
 
 pytestmark = pytest.mark.anyio
 

@@ -8,9 +8,9 @@ import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 
-from orchestrator import owners
+from orchestrator._core import owners
+from orchestrator._core.owners import Grants, check_task, current_task, may_see, task_scope
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.owners import Grants, check_task, current_task, may_see, task_scope
 
 WAIT_TIMEOUT = 5  # seconds: every wait here is on an event set by a task of the same test
 

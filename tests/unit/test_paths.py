@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.paths import (
+from orchestrator.session.paths import (
     MAX_ENV_VALUE_CHARS,
     MAX_ENV_VARS,
     MAX_PATH_CHARS,

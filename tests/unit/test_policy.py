@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import PolicyFileError
-from orchestrator.policy import load_policy, shipped_policy_names
+from orchestrator.policy.model import load_policy, shipped_policy_names
 
 
 def write(path: Path, text: str) -> Path:

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InvalidArgumentError, PolicyFileError
-from orchestrator.policy import Policy, load_policy
-from orchestrator.policy_cases import PolicyCase, load_case_file, load_cases
-from orchestrator.policy_diff import diff
-from orchestrator.policy_explain import explain_code, explain_command
-from orchestrator.policy_junit import junit_xml
-from orchestrator.policy_outcomes import Outcome, expected_text, judge
-from orchestrator.policy_rules import rule_matches, rules_of
-from orchestrator.policy_sessions import poolable
-from orchestrator.policy_tests import CaseReport, CaseRun, load_target, plan
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.policy_ci.cases import PolicyCase, load_case_file, load_cases
+from orchestrator.policy_ci.diff import diff
+from orchestrator.policy_ci.explain import explain_code, explain_command
+from orchestrator.policy_ci.junit import junit_xml
+from orchestrator.policy_ci.outcomes import Outcome, expected_text, judge
+from orchestrator.policy_ci.rules import rule_matches, rules_of
+from orchestrator.policy_ci.runner import CaseReport, CaseRun, load_target, plan
+from orchestrator.policy_ci.sessions import poolable
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "policies" / "tests"

@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator.policy import load_policy
-from orchestrator.pool import WarmPool
+from orchestrator._core.pool import WarmPool
+from orchestrator.policy.model import load_policy
 
 pytestmark = pytest.mark.anyio
 

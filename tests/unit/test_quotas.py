@@ -8,10 +8,16 @@ from collections.abc import Mapping
 
 import pytest
 
+from orchestrator._core.quotas import (
+    Usage,
+    check_policy_allowed,
+    check_room,
+    per_session_cap,
+    usage_of,
+)
+from orchestrator._core.tenants import TenantConfig, TenantQuotas, hash_key, new_key
 from orchestrator.errors import PolicyViolationError, QuotaExceededError
-from orchestrator.policy import Policy, load_policy
-from orchestrator.quotas import Usage, check_policy_allowed, check_room, per_session_cap, usage_of
-from orchestrator.tenants import TenantConfig, TenantQuotas, hash_key, new_key
+from orchestrator.policy.model import Policy, load_policy
 
 
 def policy(memory_mb: int = 512, cpus: float = 1.0, name: str | None = None) -> Policy:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, ContainerSummary
-from orchestrator.reconcile import ReconcileReport, plan
-from orchestrator.store import SessionRecord
+from orchestrator.registry.reconcile import ReconcileReport, plan
+from orchestrator.registry.store import SessionRecord
 
 
 def record(session_id: str) -> SessionRecord:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.policy import load_policy
+from orchestrator.policy.model import load_policy
 
 WORKER = Path(__file__).resolve().parents[2] / "orchestrator" / "worker" / "repl_worker.py"
 # Generous bounds: a slow CI machine still answers within them, a hang still fails the test.

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.policy import load_policy
+from orchestrator.policy.model import load_policy
 from orchestrator.worker.config import WorkerConfig
 from orchestrator.worker.errors import GuardError, ImportBlockedError
 from orchestrator.worker.executor import CellOutcome, Executor

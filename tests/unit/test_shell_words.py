@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.command_policy import decide, programs
-from orchestrator.policy import load_policy
-from orchestrator.shell_words import simple_commands
+from orchestrator.policy.commands import decide, programs
+from orchestrator.policy.model import load_policy
+from orchestrator.policy.shell_words import simple_commands
 from tests.unit.test_command_policy import with_shell
 
 

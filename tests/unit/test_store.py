@@ -14,8 +14,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.history import HistoryEntry
-from orchestrator.store import PRUNE_EVERY, SCHEMA_VERSION, Registry, RegistryError, SessionRecord
+from orchestrator.registry.store import (
+    PRUNE_EVERY,
+    SCHEMA_VERSION,
+    Registry,
+    RegistryError,
+    SessionRecord,
+)
+from orchestrator.session.history import HistoryEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -25,7 +31,7 @@ CHILD_TIMEOUT = 60  # seconds: a fresh interpreter importing the package, genero
 CHILD = """
 import os, sys
 from pathlib import Path
-from orchestrator.store import Registry
+from orchestrator.registry.store import Registry
 Registry(Path(sys.argv[1])).open()
 print("open", flush=True)
 sys.stdin.read()

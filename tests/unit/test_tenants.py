@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import InvalidArgumentError
-from orchestrator.tenants import (
+from orchestrator._core.tenants import (
     LOCAL_KEY_FILE,
     LOCAL_TENANT,
     TenantKeys,
@@ -23,6 +22,7 @@ from orchestrator.tenants import (
     local_tenant,
     new_key,
 )
+from orchestrator.errors import InvalidArgumentError
 
 
 def tenants_file(tmp_path: Path, text: str) -> Path:

@@ -1,0 +1,90 @@
+"""The Python API: ``Orchestrator`` is the session manager (``_core``) plus ``call()``, the one
+entry every interface uses for a tool call, and its audit record. The tool layer sits between the
+two: it takes the manager and knows nothing of who called it, and the manager never imports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core.manager import SessionManager
+from orchestrator._core.owners import check_task, task_scope
+from orchestrator._core.repl_operations import ExecuteResult
+from orchestrator.audit.records import call_outcome
+from orchestrator.errors import InvalidArgumentError, OrchestratorError
+from orchestrator.tools import TOOLS, ToolResult, call_tool
+
+__all__ = ["ExecuteResult", "Orchestrator", "OrchestratorConfig"]
+
+log = logging.getLogger(__name__)
+
+
+class Orchestrator(SessionManager):
+    """Sessions, and the tools over them: ``await orch.call("python_repl", {...})``."""
+
+    async def call(
+        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+    ) -> ToolResult:
+        """One tool call as every interface makes it: ``{operation, ...}`` in, a result out, for
+        ``tenant`` and optionally one ``task`` of it. Every call, refused ones included, goes
+        into the audit log when one is kept; a call cancelled before its answer (its code may
+        well have run) as ``cancelled``."""
+        started = time.perf_counter()
+        found = TOOLS.get(tool) if isinstance(tool, str) else None
+        result: ToolResult | None = None
+        try:
+            try:
+                task = check_task(task)
+            except InvalidArgumentError as exc:
+                result = ToolResult({"success": False, **exc.to_dict()}, str(exc))
+                task = None
+            else:
+                if found is None:
+                    error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
+                    result = ToolResult({"success": False, **error.to_dict()}, str(error))
+                else:
+                    with task_scope(task):
+                        result = await call_tool(self, found, arguments, tenant=tenant)
+        finally:
+            if self._audit is not None:  # on every path, a cancel's too (recording is shielded)
+                seconds = time.perf_counter() - started
+                await self._audit_call(tool, arguments, tenant, task, result, seconds)
+        return result
+
+    async def _audit_call(
+        self,
+        tool: Any,
+        arguments: Any,
+        tenant: str | None,
+        task: str | None,
+        result: ToolResult | None,
+        seconds: float,
+    ) -> None:
+        """One call's record; ``result`` None is a call that ended without one: cancelled."""
+        assert self._audit is not None
+        args = arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]}
+        if result is None:
+            structured = {"operation": args.get("operation"), "error_type": "cancelled"}
+        else:
+            structured = result.structured
+        session_id = structured.get("session_id") or args.get("session_id")
+        try:
+            await self._audit.record(
+                tenant=tenant or self.config.tenant,
+                task=task if isinstance(task, str) else None,
+                tool=str(tool)[:64],
+                operation=str(structured.get("operation"))[:64],
+                session_id=session_id if isinstance(session_id, str) else None,
+                arguments=args,
+                **call_outcome(str(tool), structured, answered=result is not None),
+                duration_ms=round(seconds * 1000, 3),
+                outcome="cancelled" if result is None else None,
+            )
+        except OrchestratorError as exc:
+            # The call has happened; refusing its answer now would not undo it. Say it loudly.
+            log.error(
+                "audit log could not record %s.%s: %s", tool, structured.get("operation"), exc
+            )

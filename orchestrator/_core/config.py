@@ -1,0 +1,87 @@
+"""Settings of an orchestrator: small, keyword-only, immutable; ``from_env`` for the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from orchestrator._core.tenants import TenantConfig, data_dir
+from orchestrator.audit._log import AuditConfig
+from orchestrator.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrchestratorConfig:
+    default_policy: str = "default"
+    policy_dirs: tuple[Path, ...] = ()
+    image: str | None = None
+    # The id on every container's labels. None: the registry's (made once and kept there), or
+    # a fresh one when the registry lives in memory.
+    orchestrator_id: str | None = None
+    tenant: str = "local"
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    busy_timeout: float = 30.0
+    max_sessions: int = 100
+    # Upper bound on how often idle and lifetime limits are checked (seconds).
+    reap_interval: float = 30.0
+    # Warm pools to keep from the start: policy name -> ready sessions.
+    pool: dict[str, int] = field(default_factory=dict)
+    # Where the audit log's segments go; None keeps no audit log.
+    audit_dir: Path | None = None
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    # The registry's SQLite file; None keeps it in memory (nothing survives the process).
+    registry_path: Path | None = None
+    # Instead of one file: a directory where each orchestrator of a kind that runs side by side
+    # (mcp, run, shell) takes a registry of its own, and reaps (or, with ``adopt_dead``,
+    # re-adopts) the sessions of dead ones (``registry_claim``).
+    registry_dir: Path | None = None
+    adopt_dead: bool = False
+    # On close: "destroy" every session, or "persist" them for the next start to re-adopt.
+    on_shutdown: Literal["destroy", "persist"] = "destroy"
+    # Tenants by name, with their allowed policies and quotas (``tenants.TenantConfig``).
+    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, **settings: Any) -> OrchestratorConfig:
+        """Settings from the environment, for the CLI: ``SBX_IMAGE`` (use this image, do not
+        build), ``SBX_POLICY`` (default policy), ``SBX_ORCHESTRATOR_ID`` (the id on every
+        container's labels), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container),
+        ``SBX_AUDIT_DIR`` (keep an audit log there), ``SBX_REGISTRY`` (the registry's file).
+        Explicit ``settings`` win."""
+        env: dict[str, Any] = {}
+        if image := os.environ.get("SBX_IMAGE"):
+            env["image"] = image
+        if policy := os.environ.get("SBX_POLICY"):
+            env["default_policy"] = policy
+        if orchestrator_id := os.environ.get("SBX_ORCHESTRATOR_ID"):
+            env["orchestrator_id"] = orchestrator_id
+        if labels := os.environ.get("SBX_EXTRA_LABELS"):
+            env["extra_labels"] = _labels(labels)
+        if audit_dir := os.environ.get("SBX_AUDIT_DIR"):
+            env["audit_dir"] = Path(audit_dir)
+        if registry := os.environ.get("SBX_REGISTRY"):
+            env["registry_path"] = Path(registry)
+        return cls(**(env | settings))
+
+    def side_by_side(self, kind: str, *, adopt: bool) -> OrchestratorConfig:
+        """For a command of which several may run at once (``mcp``, ``run``, ``shell``): a
+        registry of its own in ``<data dir>/orchestrators/<kind>``, unless one file is set, so
+        that a later start reaps, or with ``adopt`` re-adopts, what a killed one left."""
+        if self.registry_path is not None:
+            return self
+        directory = data_dir() / "orchestrators" / kind
+        return dataclasses.replace(self, registry_dir=directory, adopt_dead=adopt)
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgumentError(f"SBX_EXTRA_LABELS: expected key=value, got {item!r}")
+        labels[key.strip()] = value.strip()
+    return labels

@@ -1,0 +1,79 @@
+"""When sessions end without being asked to: idle timeout, maximum lifetime, and eviction of the
+least recently active idle session when the orchestrator is full (seed 000's rule).
+
+Pure decisions here; the orchestrator acts on them and logs each teardown with its reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from orchestrator.session.session import Session
+
+# Forget ended sessions after this many, oldest first: enough to answer a late call truthfully.
+MAX_REMEMBERED_ENDINGS = 10_000
+# The reaper wakes at a quarter of the shortest idle timeout, within these bounds.
+MIN_REAP_INTERVAL = 0.5
+MAX_REAP_INTERVAL = 30.0
+
+
+def expiry_reason(session: Session, now: float | None = None) -> str | None:
+    """Why ``session`` should end now, or None. A session in the middle of a call is not idle;
+    one whose policy pauses idle sessions ends only at its maximum lifetime."""
+    now = time.monotonic() if now is None else now
+    timeouts = session.policy.timeouts
+    if now - session.started >= timeouts.max_lifetime_s:
+        return f"maximum lifetime ({timeouts.max_lifetime_s:g} s) reached"
+    if timeouts.idle_action == "destroy" and is_idle(session, now):
+        return f"idle for {timeouts.idle_s:g} s"
+    return None
+
+
+def should_pause(session: Session, now: float | None = None) -> bool:
+    now = time.monotonic() if now is None else now
+    return (
+        session.policy.timeouts.idle_action == "pause"
+        and not session.paused
+        and is_idle(session, now)
+    )
+
+
+def is_idle(session: Session, now: float) -> bool:
+    return not session.busy and now - session.last_active >= session.policy.timeouts.idle_s
+
+
+def eviction_candidate(sessions: Iterable[Session]) -> Session | None:
+    """The least recently active session that is not in the middle of a call."""
+    idle = [s for s in sessions if not s.busy and not s.closed]
+    return min(idle, key=lambda s: s.last_active, default=None)
+
+
+def reap_interval(sessions: Iterable[Session], default_idle_s: float) -> float:
+    shortest = min((s.policy.timeouts.idle_s for s in sessions), default=default_idle_s)
+    return max(MIN_REAP_INTERVAL, min(MAX_REAP_INTERVAL, shortest / 4))
+
+
+class EndedSessions:
+    """Recently ended sessions per owner, so their owner gets the reason and a second
+    ``destroy`` succeeds; anyone else (another tenant, another task) still gets the plain
+    not-found answer."""
+
+    def __init__(self, capacity: int = MAX_REMEMBERED_ENDINGS) -> None:
+        self._capacity = capacity
+        # (tenant, session id) -> (owner task, reason)
+        self._reasons: OrderedDict[tuple[str, str], tuple[str | None, str]] = OrderedDict()
+
+    def record(self, session: Session, reason: str) -> None:
+        self._reasons[(session.tenant, session.id)] = (session.task, reason)
+        while len(self._reasons) > self._capacity:
+            self._reasons.popitem(last=False)
+
+    def reason(self, tenant: str, session_id: str, task: str | None) -> str | None:
+        """Why the session ended, for a caller of ``tenant`` acting as ``task`` who could see
+        it (the tenant itself, or its owner task); None for anyone else."""
+        found = self._reasons.get((tenant, session_id))
+        if found is None or not (task is None or task == found[0]):
+            return None
+        return found[1]

@@ -1,0 +1,571 @@
+"""The Orchestrator: sessions, who owns them, and the python_repl operations on them.
+
+Invariants: a session id is visible only to its owner (``owners``), and an unknown id and another
+owner's id raise the same ``SessionNotFoundError``; a session is created whole (container and
+ready worker) or not at all, and only within its tenant's quotas; every live session is in the
+registry (``store``), so a restart after a crash re-adopts it (``reconcile``); ``aclose`` removes
+every container this orchestrator created (or, with ``on_shutdown="persist"``, leaves them for
+the next start), shielded and bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+
+from orchestrator._core.config import OrchestratorConfig as OrchestratorConfig  # re-exported
+from orchestrator._core.lifecycle import (
+    eviction_candidate,
+    expiry_reason,
+    reap_interval,
+    should_pause,
+)
+from orchestrator._core.owners import SHARE_ACTIONS, check_task, current_task, may_see
+from orchestrator._core.pool import WarmPool
+from orchestrator._core.quotas import Admission, check_policy_allowed, per_session_cap
+from orchestrator._core.reconciler import Reconciler
+from orchestrator._core.repl_operations import ExecuteResult as ExecuteResult  # re-exported
+from orchestrator._core.repl_operations import PythonReplOperations
+from orchestrator._core.session_table import SessionTable
+from orchestrator._core.tenants import TenantConfig
+from orchestrator.audit._log import AuditLog
+from orchestrator.backend.base import ContainerSpec
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import (
+    BackendError,
+    BusyError,
+    InvalidArgumentError,
+    PolicyViolationError,
+    SessionNotFoundError,
+)
+from orchestrator.policy.arguments import (
+    check_policy_name,
+    check_session_id,
+)
+from orchestrator.policy.model import Policy, load_policy
+from orchestrator.registry.claim import Abandoned, claim, reap_abandoned, remove_files
+from orchestrator.registry.reconcile import ReconcileReport
+from orchestrator.registry.store import Registry
+from orchestrator.session.session import Session, new_session_id
+
+log = logging.getLogger(__name__)
+
+# Pooled sessions carry this tenant label: labels are fixed at creation, owners come later.
+POOL_TENANT = "pool"
+MAX_POOL_SIZE = 256
+
+# Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
+SHUTDOWN_TIMEOUT = 60.0
+
+
+class SessionManager(PythonReplOperations):
+    def __init__(
+        self, config: OrchestratorConfig | None = None, *, backend: DockerBackend | None = None
+    ) -> None:
+        self.config = config or OrchestratorConfig()
+        self.backend = backend or DockerBackend()
+        self._image = self.config.image
+        self._registry = Registry(self.config.registry_path)
+        self._table = SessionTable(self._registry)
+        self._reconciler = Reconciler(
+            self.backend,
+            self._table,
+            in_flight=self._in_flight,
+            end_session=self.end_session,
+            adopted=self._apply_tenant_caps,
+        )
+        self.orchestrator_id = self.config.orchestrator_id or ""
+        # Creations in flight, counted against every limit.
+        self._admission = Admission(self.config.max_sessions)
+        # Session ids whose container exists or is being made but which are in no table yet.
+        self._building: set[str] = set()
+        self._policies: dict[str, Policy] = {}
+        self._pools: dict[str, WarmPool] = {}
+        self._audit: AuditLog | None = None
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        # Made in start(): a cancel scope belongs to an event loop, and this may run outside one.
+        self._reaper: anyio.CancelScope | None = None
+        self.last_reconcile = ReconcileReport()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def _sessions(self) -> dict[str, Session]:
+        return self._table.sessions
+
+    async def start(self) -> None:
+        """Check the engine, open the registry, load the default policy, make sure the image
+        exists, open the task group that owns every session's background tasks, and reconcile:
+        re-adopt the sessions the registry knows, reap the containers it does not.
+
+        Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
+        await self.backend.client.ping()
+        self.policy(self.config.default_policy)
+        abandoned = self._open_registry()
+        self.orchestrator_id = self._registry.orchestrator_id(
+            self.config.orchestrator_id, f"sbx-{secrets.token_hex(6)}"
+        )
+        if self.config.audit_dir is not None:
+            self._audit = await AuditLog.open(self.config.audit_dir, self.config.audit)
+        if self._image is None:
+            from orchestrator.images import ensure_worker_image
+
+            self._image = (await ensure_worker_image(self.backend.client)).tag
+        self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
+        self.last_reconcile = await self.reconcile(adopt=True)
+        for dead in abandoned:
+            self.last_reconcile.reaped.extend(await reap_abandoned(self.backend, dead))
+        if self.last_reconcile.adopted or self.last_reconcile.reaped:
+            log.info("reconciled: %s", self.last_reconcile.summary())
+        self._reaper = anyio.CancelScope()
+        self._task_group.start_soon(self._reap_forever, self._reaper)
+        for name, size in self.config.pool.items():
+            await self.set_pool_size(name, size)
+
+    def _open_registry(self) -> list[Abandoned]:
+        """Open the registry (the one file, or a claimed one of ``registry_dir``) and close it
+        last; returns the dead orchestrators' registries to reap."""
+        directory = self.config.registry_dir
+        if directory is None:
+            self._registry.open()
+            self._exit_stack.callback(self._registry.close)
+            return []
+        self._registry, abandoned = claim(
+            directory, wanted_id=self.config.orchestrator_id, adopt=self.config.adopt_dead
+        )
+        self._table.store = self._registry
+        self._exit_stack.callback(self._release_claimed_registry)
+        for dead in abandoned:  # reaped and closed by start(); closed here if start() fails first
+            self._exit_stack.callback(dead.registry.close)
+        return abandoned
+
+    def _release_claimed_registry(self) -> None:
+        """A claimed registry that keeps no session is deleted with its lock, so the directory
+        holds only live orchestrators and those that left sessions to re-adopt or reap."""
+        path, keeps = self._registry.path, bool(self._registry.sessions())
+        self._registry.close()
+        if path is not None and not keeps:
+            remove_files(path)
+
+    async def aclose(self) -> None:
+        keep = self.config.on_shutdown == "persist"
+        # First the reaper: its reconcile would take sessions being let go for orphans.
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for pool in self._pools.values():
+            pool.resize(0)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
+            sessions = list(self._sessions.values())
+            async with anyio.create_task_group() as tg:
+                for session in sessions:
+                    if keep:
+                        tg.start_soon(self._leave_for_next_start, session)
+                    else:
+                        tg.start_soon(self.end_session, session, "the orchestrator shut down")
+        if self._task_group is not None:
+            # Cancelling ends the pools' refill tasks, which remove what they still hold.
+            self._task_group.cancel_scope.cancel()
+            self._task_group = None
+        self._pools.clear()
+        if self._audit is not None:
+            await self._audit.aclose()
+            self._audit = None
+        # Outside the scopes above: the task group must be exited as the innermost scope.
+        await self._exit_stack.aclose()
+
+    async def _leave_for_next_start(self, session: Session) -> None:
+        """Shut down without ending: the container and its worker stay, the registry keeps the
+        row, and the next start re-adopts it. Terminals and the shell end (nothing would read
+        them); their processes are killed here rather than left for the sweep."""
+        self._sessions.pop(session.id, None)
+        await session.close_parts(keep_worker=True)
+        log.info("session %s left running for the next start", session.id)
+
+    def policy(self, name: str | None) -> Policy:
+        name = name or self.config.default_policy
+        if name not in self._policies:
+            self._policies[name] = load_policy(name, search_dirs=self.config.policy_dirs)
+        return self._policies[name]
+
+    def tenant_config(self, tenant: str) -> TenantConfig | None:
+        return self.config.tenants.get(tenant)
+
+    @property
+    def audit_log(self) -> AuditLog | None:
+        """The open audit log (None when none is kept, or before ``start``): interfaces record
+        what they refuse before a tool runs in it."""
+        return self._audit
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def create_session(
+        self, *, policy: str | None = None, tenant: str | None = None
+    ) -> Session:
+        tenant = tenant or self.config.tenant
+        task = current_task()
+        effective = self.policy(policy)
+        limits = self.tenant_config(tenant)
+        check_policy_allowed(limits, effective)
+        self._check_open(tenant, task)
+        self._admission.check_owner(
+            list(self._sessions.values()), tenant=tenant, task=task, policy=effective, limits=limits
+        )
+        await self._make_room(tenant, task)
+        token = self._admission.reserve(
+            self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
+        )
+        try:
+            session = await self._build_session(tenant, effective)
+        finally:
+            self._admission.release(token)
+        # The owner may have been closed while the container was made: nothing half-made stays.
+        if self._table.grants.sealed(tenant, task):
+            await self.end_session(session, "its owner was closed while it was created")
+            raise SessionNotFoundError(f"task {task} was closed")
+        return session
+
+    def _check_open(self, tenant: str, task: str | None) -> None:
+        if self._table.grants.sealed(tenant, task):
+            raise PolicyViolationError(
+                f"task {task} was closed (close_owner); use another task", rule="closed_owner"
+            )
+
+    async def _make_room(self, tenant: str, task: str | None) -> None:
+        """At ``max_sessions``, end the caller's least recently active idle session (seed
+        000's rule), never another owner's: without one of its own, the create is refused."""
+        if len(self._sessions) + len(self._admission) < self.config.max_sessions:
+            return
+        own = [s for s in self._sessions.values() if s.tenant == tenant and may_see(s.task, task)]
+        victim = eviction_candidate(own)
+        if victim is not None:
+            await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
+
+    async def _build_session(self, tenant: str, policy: Policy) -> Session:
+        pool = self._pools.get(policy.name)
+        warm = pool.take_nowait() if pool is not None and pool.policy == policy else None
+        if warm is not None:
+            warm.tenant = tenant
+            warm.touch()
+            session = warm
+        else:
+            session = await self._new_session(tenant, policy)
+        session.task = current_task()
+        self._apply_tenant_caps(session)
+        self._table.add(session)
+        return session
+
+    async def _new_session(self, tenant: str, policy: Policy) -> Session:
+        """A session built cold: its container created and started, its worker ready."""
+        task_group = self._task_group
+        if self._image is None or task_group is None:
+            raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
+        session_id = new_session_id()
+        spec = ContainerSpec(
+            image=self._image,
+            policy=policy,
+            session_id=session_id,
+            tenant=tenant,
+            orchestrator_id=self.orchestrator_id,
+            extra_labels=self.config.extra_labels,
+        )
+        self._building.add(session_id)
+        try:
+            container_id = await self.backend.create_container(spec)
+            session = Session.assemble(
+                self.backend,
+                session_id=session_id,
+                tenant=tenant,
+                policy=policy,
+                container_id=container_id,
+                on_new_worker=lambda pid: self._registry.set_worker_pid(session_id, pid),
+            )
+            try:
+                await session.repl.start()
+                await task_group.start(session.terminals.serve)
+            except BaseException:
+                await session.aclose(self.backend)  # shielded: the container never outlives this
+                raise
+        finally:
+            self._building.discard(session_id)
+        return session
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    async def reconcile(self, *, adopt: bool = False) -> ReconcileReport:
+        """Match the engine's containers of this orchestrator's id with what it knows (at start
+        the registry, re-adopting its sessions; later the sessions in memory): ``reconciler``."""
+        return await self._reconciler.run(
+            self.orchestrator_id, adopt=adopt, task_group=self._task_group
+        )
+
+    def _in_flight(self) -> set[str]:
+        """Containers (pooled) and session ids (being built) that are in no table yet."""
+        pooled = {c for pool in self._pools.values() for c in pool.container_ids()}
+        return pooled | self._building
+
+    def _apply_tenant_caps(self, session: Session) -> None:
+        limits = self.tenant_config(session.tenant)
+        session.terminals.tenant_cap = per_session_cap(limits, "terminals_per_session")
+        session.processes.tenant_cap = per_session_cap(limits, "processes_per_session")
+
+    # -- warm pools -----------------------------------------------------------------------
+
+    async def set_pool_size(self, policy: str, size: int) -> None:
+        """Keep ``size`` ready sessions of ``policy`` (0 drains and stops the pool)."""
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL_SIZE:
+            raise InvalidArgumentError(f"pool size must be an integer in [0, {MAX_POOL_SIZE}]")
+        effective = self.policy(check_policy_name(policy))
+        pool = self._pools.get(effective.name)
+        if pool is not None:
+            pool.resize(size)
+            return
+        if size == 0:
+            return
+        if self._task_group is None:
+            raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
+        pool = WarmPool(
+            effective,
+            size,
+            build=lambda: self._new_session(POOL_TENANT, effective),
+            discard=self._discard_pooled,
+        )
+        self._pools[effective.name] = pool
+        await self._task_group.start(pool.run)
+
+    def pool_status(self) -> dict[str, dict[str, int]]:
+        return {name: {"size": p.size, "ready": p.ready} for name, p in self._pools.items()}
+
+    async def _discard_pooled(self, session: Session, reason: str) -> None:
+        log.info("pooled session %s removed: %s", session.id, reason)
+        await session.aclose(self.backend)
+
+    # -- finding sessions -----------------------------------------------------------------
+
+    async def session(self, session_id: Any, *, tenant: str | None = None) -> Session:
+        """The caller's session, ready for work (resumed if it was paused)."""
+        session = self.find_session(session_id, tenant=tenant)
+        if session.paused:
+            await self._thaw(session)
+        return session
+
+    def find_session(self, session_id: Any, *, tenant: str | None = None) -> Session:
+        """The caller's session as it is; unknown and not-yours are indistinguishable."""
+        session = self._table.find(session_id, tenant or self.config.tenant)
+        session.touch()
+        return session
+
+    async def open_session(
+        self, session_id: Any, *, policy: Any = None, tenant: str | None = None
+    ) -> tuple[Session, bool]:
+        """The caller's session, or a new one when ``session_id`` is None; says which."""
+        if session_id is None:
+            return await self.create_session(policy=check_policy_name(policy), tenant=tenant), True
+        if policy is not None:
+            raise InvalidArgumentError("policy applies only when a new session is created")
+        return await self.session(session_id, tenant=tenant), False
+
+    async def session_of(
+        self, kind: str, item_id: Any, *, tenant: str | None = None, action: str | None = None
+    ) -> Session:
+        """The session holding ``item_id``, if the caller owns it or was granted ``action`` on
+        it (terminals only); unknown and not-yours answer alike."""
+        session = self._table.holder(kind, item_id, tenant or self.config.tenant, action)
+        session.touch()
+        if session.paused:
+            await self._thaw(session)
+        return session
+
+    def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        return [
+            {
+                "session_id": s.id,
+                "policy": s.policy.name,
+                "task": s.task,
+                "created_at": s.created_at.isoformat(),
+                "idle_seconds": round(s.idle_seconds, 3),
+                "commands_count": s.history.count,
+            }
+            for s in self._table.visible(tenant or self.config.tenant)
+        ]
+
+    # -- owners ---------------------------------------------------------------------------
+
+    async def share(
+        self, terminal_id: Any, task: Any, actions: Any, *, tenant: str | None = None
+    ) -> list[str]:
+        """Grant ``actions`` on one of the calling task's terminals to another task of the same
+        tenant. Only the terminal's owner task shares; a grantee cannot pass it on."""
+        tenant = tenant or self.config.tenant
+        grantee = check_task(task, "task")
+        owner = current_task()
+        if owner is None or grantee is None:
+            raise InvalidArgumentError("share is made by a task, to another task")
+        if grantee == owner:
+            raise InvalidArgumentError("task must be another task than the caller's")
+        if not isinstance(actions, list) or not actions or not set(actions) <= SHARE_ACTIONS:
+            raise InvalidArgumentError(
+                f"actions must be a non-empty list of {sorted(SHARE_ACTIONS)}"
+            )
+        session = self._table.holder("terminal", terminal_id, tenant, action=None)
+        assert isinstance(terminal_id, str)
+        self._table.grants.grant(tenant, grantee, terminal_id, frozenset(actions))
+        log.info(
+            "%s/%s shared %s of session %s with %s", tenant, owner, actions, session.id, grantee
+        )
+        return sorted(actions)
+
+    async def close_owner(self, task: Any, *, tenant: str | None = None) -> dict[str, Any]:
+        """End everything a task owns and seal it: its grants go, calls in flight for it fail
+        at their next check, and no new session is made for it. Reports whether it converged
+        (every session of the task ended within the shutdown bound)."""
+        tenant = tenant or self.config.tenant
+        closing = check_task(task, "task")
+        caller = current_task()
+        if closing is None:
+            raise InvalidArgumentError("task is required")
+        if caller is not None and caller != closing:
+            raise SessionNotFoundError(f"task not found: {closing}")
+        self._table.grants.seal(tenant, closing)
+        ended = 0
+        with anyio.move_on_after(SHUTDOWN_TIMEOUT):
+            for session in self._table.owned_by(tenant, closing):
+                await self.end_session(session, f"its owner task {closing} was closed")
+                ended += 1
+        left = len(self._table.owned_by(tenant, closing))
+        starting = self._admission.starting(tenant, closing)
+        return {"task": closing, "sessions_ended": ended, "converged": left == 0 and not starting}
+
+    # -- pause and resume -----------------------------------------------------------------
+
+    async def pause(self, session_id: Any, *, tenant: str | None = None) -> bool:
+        """Freeze the session's container (cgroup freezer); False if it was already paused.
+        A session in the middle of a call is ``busy``: freezing it would stall that call."""
+        session = self.find_session(session_id, tenant=tenant)
+        async with session.state_lock:
+            if session.paused:
+                return False
+            if session.busy:
+                raise BusyError(f"session {session.id} is in the middle of a call")
+            await self.backend.pause(session.container_id)
+            session.paused = True
+        log.info("session %s paused", session.id)
+        return True
+
+    async def _pause_if_idle(self, session: Session) -> None:
+        """The reaper's pause: idleness is judged again under the lock, so a call that has just
+        thawed the session is never frozen in its stride."""
+        async with session.state_lock:
+            if session.paused or not should_pause(session):
+                return
+            await self.backend.pause(session.container_id)
+            session.paused = True
+        log.info("session %s paused: idle", session.id)
+
+    async def resume(self, session_id: Any, *, tenant: str | None = None) -> bool:
+        """Thaw a paused session; False if it was running. Any call on it does this too."""
+        session = self.find_session(session_id, tenant=tenant)
+        return await self._thaw(session)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, session: Session) -> AsyncIterator[None]:
+        """The session's interpreter for one call, thawed: a pause that slipped in between
+        finding the session and getting its turn is undone here. The owner is checked again
+        once the turn is ours: the session may have ended, or its task been closed, meanwhile."""
+        async with session.turn(busy_timeout=self.config.busy_timeout):
+            if session.closed or self._table.grants.sealed(session.tenant, current_task()):
+                raise SessionNotFoundError(f"session not found: {session.id}")
+            if session.paused:
+                await self._thaw(session)
+            yield
+
+    async def _thaw(self, session: Session) -> bool:
+        async with session.state_lock:
+            if not session.paused:
+                return False
+            await self.backend.unpause(session.container_id)
+            session.paused = False
+        session.touch()
+        return True
+
+    # -- ending sessions ------------------------------------------------------------------
+
+    async def destroy(self, session_id: Any, *, tenant: str | None = None) -> bool:
+        """End the caller's session; True if this call ended it, False if it had already ended
+        (destroy is idempotent for the owner). Unknown ids are ``session_not_found``."""
+        check_session_id(session_id)
+        if self._table.ended_reason(tenant or self.config.tenant, session_id) is not None:
+            return False
+        session = self.find_session(session_id, tenant=tenant)
+        await self.end_session(session, "destroyed by its owner")
+        return True
+
+    async def end_session(self, session: Session, reason: str) -> None:
+        if not self._table.remove(session, reason):
+            return
+        log.info("session %s of %s ended: %s", session.id, session.tenant, reason)
+        await session.aclose(self.backend)
+
+    async def drop_vanished_sessions(self) -> None:
+        """End every session whose container stopped or vanished (killed or removed from
+        outside, or stopped by an engine restart); the engine said one of ours is gone."""
+        report = await self.reconcile()
+        if report.forgotten or report.reaped:
+            log.info("reconciled: %s", report.summary())
+
+    async def _reap_forever(self, scope: anyio.CancelScope) -> None:
+        """Until ``scope`` is cancelled: end sessions past their idle timeout (unless they still
+        have work running) or maximum lifetime, pause idle ones whose policy says so, and
+        reconcile the engine's containers with the sessions we hold."""
+        with scope:
+            await self._reap_rounds()
+
+    async def _reap_rounds(self) -> None:
+        while True:
+            interval = reap_interval(self._sessions.values(), self.policy(None).timeouts.idle_s)
+            await anyio.sleep(min(interval, self.config.reap_interval))
+            for session in list(self._sessions.values()):
+                with contextlib.suppress(BackendError):
+                    await self._reap_one(session)
+            try:
+                report = await self.reconcile()
+            except BackendError as exc:
+                log.warning("reconcile skipped: %s", exc)
+            else:
+                if report.reaped or report.forgotten:
+                    log.info("reconciled: %s", report.summary())
+
+    async def _reap_one(self, session: Session) -> None:
+        reason = expiry_reason(session)
+        idle_reason = reason is not None and reason.startswith("idle")
+        if (idle_reason or should_pause(session)) and await self._has_running_work(session):
+            session.touch()  # a server or a long job at work: not idle, whatever the clock says
+            log.info("session %s not idle: it has running processes or listening ports", session.id)
+            return
+        if reason is not None:
+            await self.end_session(session, reason)
+        elif should_pause(session):
+            await self._pause_if_idle(session)
+
+    async def _has_running_work(self, session: Session) -> bool:
+        if not session.policy.timeouts.idle_counts_processes or session.paused:
+            return False
+        listed = await session.processes.list()
+        return bool(listed.listening) or any(p.state == "running" for p in listed.processes)

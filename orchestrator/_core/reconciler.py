@@ -1,0 +1,133 @@
+"""The reconciler: brings the engine's containers of this orchestrator in line with what it knows.
+
+At start (``adopt=True``) what it knows is the registry: its live sessions are re-adopted
+(``adoption``), the rest of its rows forgotten, every other container of the orchestrator's id
+reaped. Later (each reaper round) it is the sessions in memory: a container of ours in no table,
+no pool and no creation in flight is an orphan and is removed, and a session whose container
+stopped or vanished is ended. The decisions are ``reconcile.plan``'s; this module acts on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
+
+from orchestrator._core.adoption import adopt_session
+from orchestrator._core.session_table import SessionTable
+from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, ContainerSummary
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import OrchestratorError
+from orchestrator.registry.reconcile import ReconcileReport, plan
+from orchestrator.registry.store import SessionRecord
+from orchestrator.session.session import Session
+
+log = logging.getLogger(__name__)
+
+# Re-adopting one session: a sweep exec, a relay exec and a ready frame (or a fresh worker).
+ADOPT_TIMEOUT = 30.0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        backend: DockerBackend,
+        table: SessionTable,
+        *,
+        in_flight: Callable[[], set[str]],
+        end_session: Callable[[Session, str], Awaitable[None]],
+        adopted: Callable[[Session], None],
+    ) -> None:
+        self._backend = backend
+        self._table = table
+        # Container ids and session ids that exist but belong to no table yet (pools, creations).
+        self._in_flight = in_flight
+        self._end_session = end_session
+        self._adopted = adopted
+
+    async def run(
+        self,
+        orchestrator_id: str,
+        *,
+        adopt: bool = False,
+        task_group: anyio.abc.TaskGroup | None = None,
+    ) -> ReconcileReport:
+        report = ReconcileReport()
+        containers = await self._backend.describe_containers(
+            [f"{LABEL_ORCHESTRATOR}={orchestrator_id}"]
+        )
+        registry = self._table.store
+        if adopt:
+            records = registry.sessions()
+        else:
+            records = [_record_of(s) for s in self._table.sessions.values()]
+            busy = self._in_flight()
+            containers = [
+                c
+                for c in containers
+                if c.id not in busy and c.labels.get(LABEL_SESSION) not in busy
+            ]
+        decided = plan(records, containers)
+        ending = {r.container_id for r in decided.forget} if not adopt else set()
+        for container in decided.reap:
+            if container.id not in ending:  # ending the session below removes those
+                await self._backend.remove_container(container.id)
+                report.reaped.append(container.id)
+        for record in decided.forget:
+            if adopt:
+                registry.remove_session(record.id)
+            elif (session := self._table.sessions.get(record.id)) is not None:
+                await self._end_session(session, "its container stopped or disappeared")
+            report.forgotten.append(record.id)
+        if adopt:
+            if task_group is None:
+                raise RuntimeError("re-adopting needs the task group that serves terminals")
+            async with anyio.create_task_group() as tg:
+                for record, container in decided.adopt:
+                    tg.start_soon(self._adopt, record, container, task_group, report)
+        return report
+
+    async def _adopt(
+        self,
+        record: SessionRecord,
+        container: ContainerSummary,
+        task_group: anyio.abc.TaskGroup,
+        report: ReconcileReport,
+    ) -> None:
+        registry = self._table.store
+        try:
+            with anyio.fail_after(ADOPT_TIMEOUT):
+                session, items = await adopt_session(
+                    self._backend,
+                    registry,
+                    record,
+                    container,
+                    task_group=task_group,
+                    on_new_worker=lambda pid: registry.set_worker_pid(record.id, pid),
+                )
+        except (OrchestratorError, TimeoutError) as exc:
+            log.warning("session %s could not be re-adopted, reaping it: %s", record.id, exc)
+            registry.remove_session(record.id)
+            with contextlib.suppress(OrchestratorError):
+                await self._backend.remove_container(container.id)
+            report.reaped.append(container.id)
+            return
+        self._adopted(session)
+        self._table.adopt(session, items)
+        report.adopted.append(record.id)
+
+
+def _record_of(session: Session) -> SessionRecord:
+    """What the periodic round needs of a live session: its id and container."""
+    return SessionRecord(
+        id=session.id,
+        tenant=session.tenant,
+        task=session.task,
+        policy_json="",
+        container_id=session.container_id,
+        worker_pid=None,
+        created_at="",
+    )

@@ -1,0 +1,109 @@
+"""The python_repl operations (seed 000's, plus ``history_context``) of the Orchestrator, on top
+of its sessions: find or create the caller's session, take its turn, ask its Repl, keep the code
+history (in memory and in the registry)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.policy.arguments import (
+    check_code,
+    check_max_tokens,
+    check_policy_name,
+    check_timeout,
+    check_variable,
+)
+from orchestrator.session.repl.interpreter import ExecuteOutcome
+from orchestrator.session.repl.protocol import InspectReply, ListVariablesReply
+
+if TYPE_CHECKING:
+    from orchestrator._core.session_table import SessionTable
+    from orchestrator.policy.model import Policy
+    from orchestrator.session.session import Session
+
+
+class ExecuteResult(ExecuteOutcome):
+    session_id: str
+    created_new_session: bool
+
+
+class PythonReplOperations:
+    """Mixed into ``Orchestrator``, which provides the session methods named below."""
+
+    _table: SessionTable
+
+    if TYPE_CHECKING:
+
+        def policy(self, name: str | None) -> Policy: ...
+
+        async def session(self, session_id: Any, *, tenant: str | None = None) -> Session: ...
+
+        def find_session(self, session_id: Any, *, tenant: str | None = None) -> Session: ...
+
+        async def open_session(
+            self, session_id: Any, *, policy: Any = None, tenant: str | None = None
+        ) -> tuple[Session, bool]: ...
+
+        def _turn(self, session: Session) -> AbstractAsyncContextManager[None]: ...
+
+        async def end_session(self, session: Session, reason: str) -> None: ...
+
+    async def execute(
+        self,
+        code: Any,
+        *,
+        session_id: Any = None,
+        timeout_s: Any = None,
+        policy: str | None = None,
+        tenant: str | None = None,
+    ) -> ExecuteResult:
+        check_code(code)
+        if session_id is None:
+            check_timeout(timeout_s, self.policy(check_policy_name(policy)))
+        session, created = await self.open_session(session_id, policy=policy, tenant=tenant)
+        timeout = check_timeout(timeout_s, session.policy)
+        async with self._turn(session):
+            outcome = await session.repl.execute(code, timeout=timeout)
+        if session.repl.container_stopped:
+            await self.end_session(session, f"its container stopped: {outcome.error_message}")
+        output = outcome.stdout + outcome.stderr
+        if not outcome.success:
+            output += f"{outcome.error_type}: {outcome.error_message}"
+        entry = session.history.record(code, success=outcome.success, output=output)
+        if not session.closed:
+            self._table.record_history(session, entry)
+        return ExecuteResult(
+            **outcome.model_dump(), session_id=session.id, created_new_session=created
+        )
+
+    async def reset(self, session_id: Any, *, tenant: str | None = None) -> None:
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session):
+            await session.repl.reset()
+            session.history.clear()
+            self._table.clear_history(session)
+
+    async def list_variables(
+        self, session_id: Any, *, tenant: str | None = None
+    ) -> ListVariablesReply:
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session):
+            return await session.repl.list_variables()
+
+    async def inspect(
+        self, session_id: Any, variable_name: Any, *, tenant: str | None = None
+    ) -> InspectReply:
+        check_variable(variable_name)
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session):
+            return await session.repl.inspect(variable_name)
+
+    def history(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, object]]:
+        return [e.to_dict() for e in self.find_session(session_id, tenant=tenant).history.entries]
+
+    def history_context(
+        self, session_id: Any, max_tokens: Any = 50_000, *, tenant: str | None = None
+    ) -> str:
+        check_max_tokens(max_tokens)
+        return self.find_session(session_id, tenant=tenant).history.context(max_tokens)

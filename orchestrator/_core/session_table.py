@@ -1,0 +1,138 @@
+"""The orchestrator's live sessions, who may see them, and the ids made inside them; every change
+written through to the registry on disk (``store.Registry``).
+
+Invariants: a caller sees a session only if it is its tenant's and, when the caller has a task,
+that task's (``owners.may_see``); an unknown id and an id the caller may not see raise the same
+``SessionNotFoundError``. A session is in the registry from the moment it is in the table until
+just before its container is removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator._core.lifecycle import EndedSessions
+from orchestrator._core.owners import Grants, current_task, may_see
+from orchestrator.errors import InvalidArgumentError, SessionNotFoundError
+from orchestrator.policy.arguments import check_session_id
+from orchestrator.registry.store import Registry, SessionRecord
+from orchestrator.session.history import HistoryEntry
+from orchestrator.session.session import Session
+
+TERMINAL = "terminal"
+PROCESS = "process"
+
+
+class SessionTable:
+    def __init__(self, store: Registry) -> None:
+        self.store = store
+        self.sessions: dict[str, Session] = {}
+        self.grants = Grants()
+        self._items: dict[tuple[str, str], str] = {}
+        self._ended = EndedSessions()
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def add(self, session: Session) -> None:
+        self.store.add_session(
+            SessionRecord(
+                id=session.id,
+                tenant=session.tenant,
+                task=session.task,
+                policy_json=session.policy.model_dump_json(),
+                container_id=session.container_id,
+                worker_pid=session.repl.worker_pid,
+                created_at=session.created_at.isoformat(),
+            )
+        )
+        self.sessions[session.id] = session
+        self._index_items_of(session)
+
+    def adopt(self, session: Session, items: list[tuple[str, str]]) -> None:
+        """A session re-adopted from the registry (its row is there already)."""
+        self.sessions[session.id] = session
+        for kind, item_id in items:
+            self._items[(kind, item_id)] = session.id
+        self._index_items_of(session)
+
+    def _index_items_of(self, session: Session) -> None:
+        """Every terminal and process the session starts, by whatever path, is found by id."""
+        session.terminals.on_started = lambda item_id: self.remember(TERMINAL, item_id, session)
+        session.processes.on_started = lambda item_id: self.remember(PROCESS, item_id, session)
+
+    def remove(self, session: Session, reason: str) -> bool:
+        """Take the session out (False if it was not in); its owner is told ``reason`` later."""
+        if self.sessions.pop(session.id, None) is None:
+            return False
+        self._ended.record(session, reason)
+        gone = {key for key, sid in self._items.items() if sid == session.id}
+        for key in gone:
+            del self._items[key]
+        self.grants.forget_terminals({item for kind, item in gone if kind == TERMINAL})
+        self.store.remove_session(session.id)
+        return True
+
+    def ended_reason(self, tenant: str, session_id: str) -> str | None:
+        return self._ended.reason(tenant, session_id, current_task())
+
+    def find(self, session_id: Any, tenant: str) -> Session:
+        """The caller's session; unknown and not-yours are indistinguishable. Its owner is told
+        why a session that ended on its own (idle, lifetime, eviction) is gone."""
+        check_session_id(session_id)
+        session = self.sessions.get(session_id)
+        task = current_task()
+        if (
+            session is None
+            or session.tenant != tenant
+            or not may_see(session.task, task)
+            or self.grants.sealed(tenant, task)
+        ):
+            ended = self._ended.reason(tenant, session_id, task)
+            suffix = f" (it ended: {ended})" if ended else ""
+            raise SessionNotFoundError(f"session not found: {session_id}{suffix}")
+        return session
+
+    def visible(self, tenant: str) -> list[Session]:
+        task = current_task()
+        return [s for s in self.sessions.values() if s.tenant == tenant and may_see(s.task, task)]
+
+    def owned_by(self, tenant: str, task: str) -> list[Session]:
+        return [s for s in self.sessions.values() if s.tenant == tenant and s.task == task]
+
+    # -- ids made inside sessions ----------------------------------------------------------
+
+    def remember(self, kind: str, item_id: str, session: Session) -> None:
+        self._items[(kind, item_id)] = session.id
+        self.store.add_item(kind, item_id, session.id)
+
+    def holder(self, kind: str, item_id: Any, tenant: str, action: str | None) -> Session:
+        """The session holding ``item_id`` if the caller owns it, or (for a terminal) holds a
+        grant for ``action`` on it; unknown and not-yours answer alike."""
+        if not isinstance(item_id, str) or not 0 < len(item_id) <= 128:
+            raise InvalidArgumentError(f"{kind}_id must be a string of 1 to 128 characters")
+        session = self.sessions.get(self._items.get((kind, item_id), ""))
+        task = current_task()
+        granted = (
+            session is not None
+            and session.tenant == tenant
+            and kind == TERMINAL
+            and action is not None
+            and not self.grants.sealed(tenant, task)
+            and self.grants.allows(tenant, task, item_id, action)
+        )
+        if granted:
+            assert session is not None
+            return session
+        try:
+            return self.find(session.id if session else "-", tenant)
+        except SessionNotFoundError:
+            raise SessionNotFoundError(f"{kind} not found: {item_id}") from None
+
+    # -- code history ----------------------------------------------------------------------
+
+    def record_history(self, session: Session, entry: HistoryEntry) -> None:
+        self.store.add_history(session.id, entry, keep=session.policy.python.max_history)
+
+    def clear_history(self, session: Session) -> None:
+        self.store.clear_history(session.id)

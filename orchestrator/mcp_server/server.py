@@ -1,0 +1,337 @@
+"""MCP over the tool layer: the four tools of ``orchestrator.tools``, with their exact JSON schemas,
+served with the official ``mcp`` SDK over stdio (``sbx mcp``) or streamable HTTP (``sbx serve``).
+No logic of its own: a call goes to ``Orchestrator.call`` and its ``ToolResult`` comes back as the
+structured content (``success`` first; ``error_type`` and ``error_message`` on failure), its text
+rendering as text content, and ``isError`` from ``is_error``: true only when the call itself
+failed (``CALL_FAILURES``), never for what user code did (docs/tool-contract.md).
+
+Public API:
+
+- ``build_mcp_server(orchestrator, *, tenant)``: the SDK's low-level ``Server``.
+- ``serve_stdio(orchestrator, *, tenant="local")``: serve one client on stdin/stdout until EOF
+  (``run_stdio(server)`` does it for any server, the forwarding front of ``mcp_forward`` too).
+  Stdin is read only once readable, never in a thread a cancel must wait for, so a signal
+  handler can stop it while the client still holds the pipe open.
+- ``streamable_http_app(orchestrator, *, tenant, host=...)``: a ``McpHttpApp``, an ASGI app that
+  serves the MCP endpoint on whatever path routes to it, plus ``run()``, the lifespan that must be
+  entered around serving (once per app). The HTTP layer mounts it at ``/mcp`` as a route, not a
+  ``Mount`` (a Mount would answer ``/mcp`` with a redirect to ``/mcp/``)::
+
+      mcp = streamable_http_app(orchestrator, tenant=tenant_of_request)
+
+      @contextlib.asynccontextmanager
+      async def lifespan(app: Starlette) -> AsyncIterator[None]:
+          async with mcp.run():
+              yield
+
+      app = Starlette(routes=[Route("/mcp", mcp), ...], lifespan=lifespan)
+
+- ``current_http_request()``: the HTTP request carrying the tool call being served, for ``tenant``.
+
+Tenants: ``tenant`` is called once per tool call (never for listings), in the task serving that
+call, with ``current_http_request()`` set to the Starlette ``Request`` that carried it (None on
+stdio). It answers the caller's tenant, or None when the request carries no valid credential: the
+call is then refused with a JSON-RPC error and reaches nothing below. The HTTP layer answers 401
+before a request gets here; this is the second lock, not the first. An API-key lookup plugs in as::
+
+    def tenant_of_request() -> str | None:
+        request = current_http_request()
+        return keys.tenant_for(request.headers.get("authorization")) if request else None
+
+The HTTP transport is stateless (a fresh MCP connection per POST): the state that matters lives in
+sbx sessions, addressed by ``session_id`` and owned by tenants, so nothing is gained by tying it to
+an MCP session, and there is no MCP session id another key holder could reuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextvars import ContextVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, Self
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCError, JSONRPCResponse
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from orchestrator.mcp_server.handshake import INSTRUCTIONS, SERVER_NAME, EarlyAnswer, server_version
+from orchestrator.tools import TOOLS, Tool
+
+if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult
+    from mcp.shared._stream_protocols import WriteStream
+
+    from orchestrator.tools import ToolResult
+
+__all__ = [
+    "McpHttpApp",
+    "TenantResolver",
+    "ToolCaller",
+    "build_mcp_server",
+    "current_http_request",
+    "mcp_tool",
+    "run_stdio",
+    "serve_stdio",
+    "streamable_http_app",
+]
+
+UNKNOWN_TOOL = f"unknown tool; the tools are: {', '.join(TOOLS)}"
+READ_ONLY_OPERATIONS_META = "sbx/readOnlyOperations"
+# A stdin read asks for at most this much; a frame longer than this arrives in several reads.
+STDIN_CHUNK_BYTES = 1 << 16
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class ToolCaller(Protocol):
+    """What serving needs of the orchestrator: ``Orchestrator.call``. ``sbx mcp`` passes one
+    that waits for an orchestrator still starting (it answers ``initialize`` before that)."""
+
+    async def call(
+        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+    ) -> ToolResult: ...
+
+
+TenantResolver = Callable[[], str | None]
+"""Answers the tenant of the tool call being served, or None to refuse it (see the module doc)."""
+
+_http_request: ContextVar[Request | None] = ContextVar("sbx_mcp_http_request", default=None)
+
+
+def current_http_request() -> Request | None:
+    """The HTTP request that carried the tool call being served; None on stdio or outside one."""
+    return _http_request.get()
+
+
+def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Server[Any]:
+    """An MCP server exposing the tools of ``orchestrator.tools`` on ``orchestrator``."""
+    listing = types.ListToolsResult(tools=[mcp_tool(tool) for tool in TOOLS.values()])
+    schemas = {tool.name: tool.input_schema for tool in listing.tools}
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return listing
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        caller = _resolve_tenant(tenant, ctx.request)
+        # Over HTTP, a task scope may come with the call, as for the REST API.
+        task = ctx.request.headers.get("x-sbx-task") if isinstance(ctx.request, Request) else None
+        # Omitted arguments are an empty object: the tool layer then names the missing operation.
+        arguments = params.arguments or {}
+        result = await orchestrator.call(params.name, arguments, tenant=caller, task=task)
+        if params.name not in TOOLS:  # called all the same, so the audit log records it
+            raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
+        return types.CallToolResult(
+            content=[types.TextContent(text=result.text)],
+            structured_content=result.structured,
+            is_error=result.is_error,
+        )
+
+    def input_schema(name: str) -> Mapping[str, Any] | None:
+        return schemas.get(name)
+
+    return Server(
+        SERVER_NAME,
+        version=server_version(),
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def mcp_tool(tool: Tool) -> types.Tool:
+    """A tool of the contract as MCP lists it: schemas, title, hints (see ``Tool``), and the read
+    operations under ``_meta``, since MCP's hints describe a whole tool."""
+    return types.Tool(
+        name=tool.name,
+        title=tool.title or None,
+        description=tool.description,
+        input_schema=tool.input_schema(),
+        output_schema=tool.output_schema(),
+        annotations=types.ToolAnnotations(
+            title=tool.title or None,
+            read_only_hint=tool.read_only,
+            destructive_hint=not tool.read_only,
+            idempotent_hint=tool.idempotent,
+            open_world_hint=tool.open_world,
+        ),
+        _meta={READ_ONLY_OPERATIONS_META: sorted(tool.read_only_operations)},
+    )
+
+
+def _resolve_tenant(tenant: TenantResolver, request: object) -> str:
+    token = _http_request.set(request if isinstance(request, Request) else None)
+    try:
+        caller = tenant()
+    finally:
+        _http_request.reset(token)
+    if caller is None:
+        raise MCPError(types.INVALID_REQUEST, "unauthenticated: no valid credential for this call")
+    return caller
+
+
+# -- stdio ------------------------------------------------------------------------------------
+
+
+async def serve_stdio(
+    orchestrator: ToolCaller,
+    *,
+    tenant: str = "local",
+    answered: anyio.Event | None = None,
+    early: EarlyAnswer | None = None,
+) -> None:
+    """Serve one MCP client on this process's stdin/stdout until stdin ends; every call is made
+    as ``tenant``. While serving, fd 1 points at stderr so nothing but MCP frames reaches stdout.
+    ``answered``, if given, is set once the first request (``initialize``) has been answered;
+    ``early`` is what ``mcp_handshake.answer_initialize_early`` read and answered already."""
+    server = build_mcp_server(orchestrator, tenant=lambda: tenant)
+    await run_stdio(server, answered=answered, early=early)
+
+
+async def run_stdio(
+    server: Server[Any],
+    *,
+    answered: anyio.Event | None = None,
+    early: EarlyAnswer | None = None,
+) -> None:
+    """Serve ``server`` to one MCP client on this process's stdin/stdout until stdin ends."""
+    early = early or EarlyAnswer()
+    if answered is not None:
+        server.middleware.append(_SetWhenAnswered(answered))
+    stdin = _StdinLines(sys.stdin, prefix=early.consumed)
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        if early.request_id is not None:
+            write_stream = _DropAnswer(write_stream, early.request_id)
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class _DropAnswer:
+    """The write stream, less the SDK's answer to the request ``mcp_handshake`` answered."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], request_id: int | str) -> None:
+        self._inner = inner
+        self._request_id: int | str | None = request_id
+
+    async def send(self, item: SessionMessage, /) -> None:
+        message = item.message
+        if (
+            self._request_id is not None
+            and isinstance(message, JSONRPCResponse | JSONRPCError)
+            and message.id == self._request_id
+        ):
+            self._request_id = None  # only the first: a client may reuse an id later
+            return
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _SetWhenAnswered:
+    """Middleware: sets ``event`` once a request has been handled (its answer is on its way)."""
+
+    def __init__(self, event: anyio.Event) -> None:
+        self._event = event
+
+    async def __call__(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        try:
+            return await call_next(ctx)
+        finally:
+            self._event.set()
+
+
+class _StdinLines(anyio.AsyncFile[str]):
+    """fd 0 as lines for ``stdio_server``, read only once readable. The SDK's default reads in a
+    worker thread, and a cancelled thread read is waited for: with the client's pipe still open,
+    a SIGTERM would then hang until the next frame arrived."""
+
+    def __init__(self, stdin: IO[str], fd: int = 0, *, prefix: bytes = b"") -> None:
+        super().__init__(stdin)
+        self._fd = fd
+        self._prefix = prefix  # read from fd 0 before serving began, to be read again first
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        pending: list[bytes] = []
+        while chunk := await self._read():
+            head, *rest = chunk.split(b"\n")
+            pending.append(head)
+            if not rest:
+                continue
+            # b"\n" never occurs inside a multi-byte UTF-8 sequence: lines decode one by one.
+            for line in [b"".join(pending), *rest[:-1]]:
+                yield line.decode("utf-8", errors="replace") + "\n"
+            pending = [rest[-1]]
+        if any(pending):
+            yield b"".join(pending).decode("utf-8", errors="replace")
+
+    async def _read(self) -> bytes:
+        if self._prefix:
+            chunk, self._prefix = self._prefix, b""
+            return chunk
+        try:
+            await anyio.wait_readable(self._fd)
+        except PermissionError:
+            # A regular file or /dev/null cannot be polled, and never blocks a read either.
+            await anyio.lowlevel.checkpoint()
+        return os.read(self._fd, STDIN_CHUNK_BYTES)
+
+
+# -- streamable HTTP --------------------------------------------------------------------------
+
+
+class McpHttpApp:
+    """The MCP streamable HTTP endpoint as an ASGI app; ``run()`` must be entered around serving."""
+
+    def __init__(self, session_manager: StreamableHTTPSessionManager) -> None:
+        self.session_manager = session_manager
+        self._asgi = StreamableHTTPASGIApp(session_manager)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._asgi(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """The lifespan: requests are served only inside it; it can be entered once."""
+        async with self.session_manager.run():
+            yield
+
+
+def streamable_http_app(
+    orchestrator: ToolCaller, *, tenant: TenantResolver, host: str = "127.0.0.1"
+) -> McpHttpApp:
+    """The MCP endpoint for ``sbx serve``. ``host`` is the address the server listens on: on a
+    loopback address, requests whose Host or Origin header names another site are refused (DNS
+    rebinding); elsewhere the API key is what guards the endpoint."""
+    security = None
+    if host in LOOPBACK_HOSTS:
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    manager = StreamableHTTPSessionManager(
+        app=build_mcp_server(orchestrator, tenant=tenant),
+        stateless=True,
+        security_settings=security,
+    )
+    return McpHttpApp(manager)

@@ -1,0 +1,304 @@
+"""The registry on disk: what a restarted orchestrator needs to re-adopt its sessions.
+
+One SQLite file (WAL, every write its own transaction) holds this orchestrator's id, its sessions
+(owner, the effective policy they were created under, container, REPL worker pid), the ids made
+inside them (processes, terminals) and their code history. A crash between two writes leaves the
+state after the first: a session row is written once its container and worker are ready and
+deleted before its container is removed, so a container without a row is unknown (reaped on the
+next start) and a row without a container is forgotten then.
+
+One orchestrator at a time: the file is locked (``flock`` on ``<path>.lock``) for as long as the
+registry is open, and the lock dies with the process, ``kill -9`` included. Without a path the
+registry lives in memory and nothing survives the process (the library default).
+
+Calls are synchronous: a write is a few tens of microseconds in WAL mode without an fsync per
+commit (``synchronous=NORMAL``: a power loss may drop the last commits, never corrupt the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator.errors import InvalidArgumentError
+from orchestrator.session.history import HistoryEntry
+
+__all__ = [
+    "PRUNE_EVERY",
+    "SCHEMA_VERSION",
+    "Registry",
+    "RegistryError",
+    "SessionRecord",
+    "read_owners",
+]
+
+SCHEMA_VERSION = 1
+# History rows beyond a session's cap are deleted once every this many cells.
+PRUNE_EVERY = 32
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    task TEXT,
+    policy_json TEXT NOT NULL,
+    container_id TEXT NOT NULL UNIQUE,
+    worker_pid INTEGER,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS items (
+    kind TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    PRIMARY KEY (kind, item_id)
+);
+CREATE TABLE IF NOT EXISTS history (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    code BLOB NOT NULL,
+    success INTEGER NOT NULL,
+    output BLOB NOT NULL,
+    timestamp TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"""
+
+
+class RegistryError(InvalidArgumentError):
+    """The registry file cannot be used: locked by another orchestrator, or not ours."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRecord:
+    id: str
+    tenant: str
+    task: str | None
+    policy_json: str
+    container_id: str
+    worker_pid: int | None
+    created_at: str
+
+
+class Registry:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._lock_fd: int | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def open(self) -> None:
+        if self.path is not None:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._lock_fd = _lock(Path(f"{self.path}.lock"))
+        db: sqlite3.Connection | None = None
+        try:
+            db = sqlite3.connect(
+                self.path or ":memory:", isolation_level=None, check_same_thread=False
+            )
+            # The version first: a file we refuse is left exactly as it was.
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise RegistryError(f"{self.path}: registry schema {version} is not supported")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            self.close()  # the lock too, on every failure
+            if isinstance(exc, sqlite3.Error):
+                raise RegistryError(f"{self.path}: cannot open the registry: {exc}") from None
+            raise
+        self._db = db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("the registry is not open")
+        return self._db
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def orchestrator_id(self, wanted: str | None, new_id: str) -> str:
+        """The id on this orchestrator's containers: the registry's, made once (``new_id``) and
+        kept, so a restart recognises its own. A different ``wanted`` id is refused: the
+        registry's rows describe the containers of the id it holds."""
+        with self._transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'orchestrator_id'").fetchone()
+            stored = row[0] if row else None
+            has_sessions = db.execute("SELECT 1 FROM sessions LIMIT 1").fetchone() is not None
+            if stored is not None and wanted not in (None, stored) and has_sessions:
+                raise RegistryError(
+                    f"{self.path}: the registry belongs to orchestrator {stored!r}, not "
+                    f"{wanted!r}; give each orchestrator id its own registry"
+                )
+            chosen = wanted or stored or new_id
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('orchestrator_id', ?)", (chosen,)
+            )
+        return chosen
+
+    def stored_orchestrator_id(self) -> str | None:
+        """The orchestrator id this registry holds, if one was ever chosen."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'orchestrator_id'").fetchone()
+        return str(row[0]) if row else None
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def add_session(self, record: SessionRecord) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    record.tenant,
+                    record.task,
+                    record.policy_json,
+                    record.container_id,
+                    record.worker_pid,
+                    record.created_at,
+                ),
+            )
+
+    def set_worker_pid(self, session_id: str, pid: int | None) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE sessions SET worker_pid = ? WHERE id = ?", (pid, session_id))
+
+    def remove_session(self, session_id: str) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    def sessions(self) -> list[SessionRecord]:
+        rows = self.db.execute(
+            "SELECT id, tenant, task, policy_json, container_id, worker_pid, created_at "
+            "FROM sessions ORDER BY created_at"
+        ).fetchall()
+        return [
+            SessionRecord(
+                id=r[0],
+                tenant=r[1],
+                task=r[2],
+                policy_json=r[3],
+                container_id=r[4],
+                worker_pid=r[5],
+                created_at=r[6],
+            )
+            for r in rows
+        ]
+
+    # -- ids made inside sessions ----------------------------------------------------------
+
+    def add_item(self, kind: str, item_id: str, session_id: str) -> None:
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO items VALUES (?, ?, ?)", (kind, item_id, session_id))
+
+    def items(self, session_id: str) -> list[tuple[str, str]]:
+        rows = self.db.execute(
+            "SELECT kind, item_id FROM items WHERE session_id = ?", (session_id,)
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def remove_items(self, session_id: str, kind: str) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM items WHERE session_id = ? AND kind = ?", (session_id, kind))
+
+    # -- code history ----------------------------------------------------------------------
+
+    def add_history(self, session_id: str, entry: HistoryEntry, *, keep: int) -> None:
+        """Record one cell. Only the newest ``keep`` are read back; older rows are pruned every
+        ``PRUNE_EVERY`` cells (a delete per cell would double the cost of every execute)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    entry.index,
+                    _blob(entry.code),
+                    int(entry.success),
+                    _blob(entry.output),
+                    entry.timestamp.isoformat(),
+                ),
+            )
+            if entry.index % PRUNE_EVERY == 0:
+                db.execute(
+                    "DELETE FROM history WHERE session_id = ? AND seq <= ?",
+                    (session_id, entry.index - keep),
+                )
+
+    def clear_history(self, session_id: str) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM history WHERE session_id = ?", (session_id,))
+
+    def history(self, session_id: str, keep: int) -> list[HistoryEntry]:
+        """The newest ``keep`` cells, oldest first."""
+        rows = self.db.execute(
+            "SELECT seq, code, timestamp, success, output FROM history WHERE session_id = ? "
+            "ORDER BY seq DESC LIMIT ?",
+            (session_id, keep),
+        ).fetchall()
+        rows.reverse()
+        return [
+            HistoryEntry(r[0], _text(r[1]), datetime.fromisoformat(r[2]), bool(r[3]), _text(r[4]))
+            for r in rows
+        ]
+
+
+def read_owners(path: Path) -> dict[str, tuple[str, str | None]]:
+    """Session id -> (tenant, task) from a registry file, read-only and without its lock (a
+    running orchestrator may hold it: WAL lets a reader in). Empty when there is no registry."""
+    if not path.is_file():
+        return {}
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT id, tenant, task FROM sessions").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise RegistryError(f"{path}: cannot read the registry: {exc}") from None
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+# Code and output are kept as bytes: they may hold lone surrogates, which SQLite text cannot.
+def _blob(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RegistryError(
+            f"{path.with_suffix('')}: the registry is in use by another running sbx"
+        ) from None
+    return fd

@@ -1,0 +1,279 @@
+"""The ``files`` tool on the host side: arguments checked, then one run of the in-container helper
+(``worker/fileops.py``) per operation, through the protocol of ``files_wire``.
+
+Confinement has two halves. Here: every path is confined lexically (``workspace_path``), sizes are
+bounded by ``limits.max_file_bytes``, and an uploaded archive is checked member by member
+(``archives``), refused whole if any member could land outside /workspace; only checked members
+travel on; a downloaded archive is checked by the same rules before it goes out, since the helper's
+reply is only as trustworthy as the container. In the container: symlinks, which only the
+container can resolve. Archives move through the helper, not the engine's archive API, because
+that API neither sees nor writes the tmpfs /workspace of a read-only container.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import posixpath
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.backend.base import WORKSPACE, ExecSpec
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import BackendError, InvalidArgumentError
+from orchestrator.policy.model import Policy
+from orchestrator.session.files.archives import (
+    TAR_OVERHEAD_BYTES,
+    checked_download,
+    checked_members,
+    inside_workspace,
+)
+from orchestrator.session.files.wire import (
+    MAX_LIST_ENTRIES,
+    ArchiveReply,
+    CheckReply,
+    ContentReply,
+    EntryReply,
+    EntryType,
+    ExtractReply,
+    ListReply,
+    M,
+    WriteReply,
+    b64_len,
+    exchange,
+    helper_b64,
+    parse_reply,
+)
+from orchestrator.session.paths import workspace_path
+
+__all__ = [
+    "CheckResult",
+    "DownloadResult",
+    "EntryType",
+    "FileEntry",
+    "ListResult",
+    "ReadResult",
+    "SessionFiles",
+    "StatResult",
+    "UploadResult",
+    "WriteResult",
+]
+
+FILEOPS_ARGV = ("python3", "-I", "/opt/sbx/worker/fileops.py")
+# Room in a reply beyond the base64 of max_file_bytes: JSON framing and a full listing.
+REPLY_SLACK_BYTES = 8 * 1024 * 1024
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WriteResult(_Result):
+    path: str
+    size: int
+    created: bool
+
+
+class ReadResult(_Result):
+    """``content`` for UTF-8 text without NUL bytes, ``content_b64`` otherwise; never both."""
+
+    path: str
+    size: int
+    encoding: Literal["utf-8", "base64"]
+    content: str | None = None
+    content_b64: str | None = None
+
+
+class FileEntry(_Result):
+    name: str
+    type: EntryType
+    size: int
+    mode: str  # permission bits in octal, e.g. "0644"
+    mtime: float  # seconds since the epoch
+    link_target: str | None = None
+
+
+class ListResult(_Result):
+    path: str
+    entries: list[FileEntry]
+    truncated: bool
+
+
+class StatResult(FileEntry):
+    path: str
+
+
+class CheckResult(_Result):
+    path: str
+    real_path: str
+    exists: bool
+    type: EntryType | None
+
+
+class UploadResult(_Result):
+    path: str
+    entries: int
+    size: int
+
+
+class DownloadResult(_Result):
+    path: str
+    size: int
+    entries: int
+    tar_b64: str
+
+    def tar_bytes(self) -> bytes:
+        return base64.b64decode(self.tar_b64)
+
+
+class SessionFiles:
+    """The files of one session container, all under /workspace."""
+
+    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+        self._backend = backend
+        self._container_id = container_id
+        self._limit = policy.limits.max_file_bytes
+
+    async def write(
+        self,
+        path: Any,
+        *,
+        content: Any = None,
+        content_b64: Any = None,
+        make_parents: Any = True,
+    ) -> WriteResult:
+        target = workspace_path(path)
+        if target == WORKSPACE:
+            raise InvalidArgumentError(f"path names {WORKSPACE} itself, not a file in it")
+        data = _content(content, content_b64, self._limit)
+        if not isinstance(make_parents, bool):
+            raise InvalidArgumentError("make_parents must be true or false")
+        request = {"path": target, "content_b64": _b64(data), "make_parents": make_parents}
+        reply = await self._call("write", request, WriteReply)
+        if reply.size != len(data):
+            raise BackendError(f"the file helper wrote {reply.size} of {len(data)} bytes")
+        return WriteResult(path=target, size=len(data), created=reply.created)
+
+    async def read(self, path: Any) -> ReadResult:
+        target = workspace_path(path)
+        request = {"path": target, "max_bytes": self._limit}
+        reply = await self._call("read", request, ContentReply)
+        data = helper_b64(reply.content_b64, self._limit)
+        if b"\0" not in data:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return ReadResult(path=target, size=len(data), encoding="utf-8", content=text)
+        b64 = _b64(data)
+        return ReadResult(path=target, size=len(data), encoding="base64", content_b64=b64)
+
+    async def list(self, path: Any = ".") -> ListResult:
+        target = workspace_path(path)
+        request = {"path": target, "max_entries": MAX_LIST_ENTRIES}
+        reply = await self._call("list", request, ListReply)
+        entries = [FileEntry(**entry.entry()) for entry in reply.entries]
+        return ListResult(path=target, entries=entries, truncated=reply.truncated)
+
+    async def stat(self, path: Any) -> StatResult:
+        """The entry at ``path``; a final symlink is described, not followed (as ``list``)."""
+        target = workspace_path(path)
+        reply = await self._call("stat", {"path": target}, EntryReply)
+        return StatResult(path=target, **reply.entry())
+
+    async def check(self, path: Any) -> CheckResult:
+        """Where ``path`` really is, following symlinks, refused if that is outside /workspace;
+        e.g. for a caller-given working directory."""
+        target = workspace_path(path)
+        reply = await self._call("check", {"path": target}, CheckReply)
+        real = reply.real_path
+        if not inside_workspace(real) or posixpath.normpath(real) != real:
+            raise BackendError("the file helper resolved a path outside the workspace")
+        return CheckResult(path=target, **reply.model_dump())
+
+    async def upload(
+        self, path: Any, *, tar_b64: Any = None, tar_bytes: Any = None
+    ) -> UploadResult:
+        """Extract a tar archive (plain or compressed) into the directory ``path``."""
+        dest = workspace_path(path)
+        archive = _archive_argument(tar_b64, tar_bytes, self._limit + TAR_OVERHEAD_BYTES)
+        members = await anyio.to_thread.run_sync(checked_members, archive, dest, self._limit)
+        request = {"path": dest, "members": members}
+        reply = await self._call("extract", request, ExtractReply)
+        return UploadResult(path=dest, entries=reply.entries, size=reply.size)
+
+    async def download(self, path: Any) -> DownloadResult:
+        """A tar of the file or directory ``path``, members named from its basename; the
+        helper's archive is checked here and rewritten before it goes out (``archives``)."""
+        target = workspace_path(path)
+        limit = self._limit + TAR_OVERHEAD_BYTES
+        reply = await self._call("archive", {"path": target, "max_bytes": limit}, ArchiveReply)
+        data = helper_b64(reply.archive_b64, limit)
+        parent = posixpath.dirname(target)
+        tar, entries = await anyio.to_thread.run_sync(checked_download, data, parent)
+        return DownloadResult(path=target, size=len(tar), entries=entries, tar_b64=_b64(tar))
+
+    async def _call(self, op: str, request: dict[str, Any], model: type[M]) -> M:
+        payload = json.dumps(request).encode()
+        limit = b64_len(self._limit + TAR_OVERHEAD_BYTES) + REPLY_SLACK_BYTES
+        spec = ExecSpec(argv=[*FILEOPS_ARGV, op])
+        stream = await self._backend.open_exec(self._container_id, spec)
+        try:
+            stdout, stderr = await exchange(stream, payload, limit)
+        finally:
+            await stream.aclose()
+        return parse_reply(op, stdout, stderr, model)
+
+
+def _content(content: Any, content_b64: Any, limit: int) -> bytes:
+    if (content is None) == (content_b64 is None):
+        raise InvalidArgumentError("give exactly one of content and content_b64")
+    if content is not None:
+        if not isinstance(content, str):
+            raise InvalidArgumentError("content must be a string")
+        if len(content) > limit:  # every character is at least one byte
+            raise InvalidArgumentError(f"content is more than the limit of {limit} bytes")
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError("content is not encodable as UTF-8") from None
+    else:
+        data = _caller_b64(content_b64, "content_b64", limit)
+    if len(data) > limit:
+        raise InvalidArgumentError(f"content is {len(data)} bytes, more than the limit of {limit}")
+    return data
+
+
+def _caller_b64(value: Any, name: str, limit: int) -> bytes:
+    """Standard base64; line breaks and spaces (as ``base64`` wraps its output) are allowed."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a base64 string")
+    if len(value) > 2 * b64_len(limit):
+        raise InvalidArgumentError(f"{name} is more than the limit of {limit} bytes")
+    try:
+        data = base64.b64decode("".join(value.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgumentError(f"{name} is not valid base64") from None
+    if len(data) > limit:
+        raise InvalidArgumentError(f"{name} is {len(data)} bytes, more than the limit of {limit}")
+    return data
+
+
+def _archive_argument(tar_b64: Any, tar_bytes: Any, limit: int) -> bytes:
+    if (tar_b64 is None) == (tar_bytes is None):
+        raise InvalidArgumentError("give exactly one of tar_b64 and tar_bytes")
+    if tar_b64 is not None:
+        return _caller_b64(tar_b64, "tar_b64", limit)
+    if not isinstance(tar_bytes, bytes | bytearray):
+        raise InvalidArgumentError("tar_bytes must be bytes")
+    if len(tar_bytes) > limit:
+        raise InvalidArgumentError(f"the archive is more than the limit of {limit} bytes")
+    return bytes(tar_bytes)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

@@ -1,0 +1,320 @@
+"""Background processes of one session: the host half of the ``process`` tool.
+
+Each operation is one short exec of ``/opt/sbx/worker/procs.py`` in the session's container,
+which keeps the registry, the capped logs and the process groups (its docstring draws the layout).
+
+Invariants: arguments are checked here before anything reaches the engine, so a bad one starts
+nothing; every reply is untrusted input, bounded in size, decoded strictly and checked against the
+models below, and anything else is a ``BackendError``; the running-process quota is counted and
+enforced inside the container under the registry's lock, so concurrent starts cannot both slip
+under it; process ids are 128 random bits, and every unknown id gets the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.backend.base import STDERR, WORKSPACE, ExecSpec
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import (
+    BackendError,
+    InvalidArgumentError,
+    QuotaExceededError,
+    SessionNotFoundError,
+)
+from orchestrator.policy.commands import enforce
+from orchestrator.policy.model import Policy
+from orchestrator.session.paths import caller_env, workspace_path
+from orchestrator.session.repl.protocol import MAX_COUNT, untrusted_json
+
+M = TypeVar("M", bound=BaseModel)
+
+PROCS_ARGV = ("python3", "-I", "/opt/sbx/worker/procs.py")
+# 128 bits of randomness: a process id is as unguessable as a session id.
+PROCESS_ID_BYTES = 16
+_PROCESS_ID = re.compile(r"^[0-9a-f]{32}$")
+MAX_COMMAND_CHARS = 16 * 1024
+DEFAULT_TAIL = 100
+MAX_TAIL_LINES = 10_000
+# The log holds twice what one read returns: a rotation keeps half, so a full read survives it.
+LOG_CAP_PER_STREAM_BYTES = 2
+# An op is a Python start (~100 ms) plus a fork or a walk of /proc; 30 s means a frozen container.
+OP_TIMEOUT = 30.0
+# What procs.py may wait past the grace: SIGKILL taking effect, then the exit being recorded.
+KILL_EXTRA_WAIT = 5.0 + 2.0
+# A list holds at most 256 running and 32 finished entries, each under ~7 KiB even fully escaped.
+MAX_LIST_REPLY_BYTES = 4 * 1024 * 1024
+# Output is JSON-escaped (a control byte becomes six characters) and framed by the fixed fields.
+ESCAPE_FACTOR = 6
+REPLY_SLACK_BYTES = 64 * 1024
+STDERR_TAIL_BYTES = 2048
+
+ProcessState = Literal["running", "exited", "killed"]
+ProcessId = Annotated[str, Field(pattern=_PROCESS_ID.pattern)]
+Pid = Annotated[int, Field(ge=1, lt=2**22)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class _Result(BaseModel):
+    # Strict: these are filled from untrusted container replies, where "7" is not 7.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ProcessStartResult(_Result):
+    """A background process just launched; ``pid`` leads its own process group ``pgid``."""
+
+    process_id: ProcessId
+    pid: Pid
+    pgid: Pid
+    command: str
+    cwd: str = Field(max_length=4096)
+
+
+class ProcessInfo(_Result):
+    """One background process as ``list`` shows it. ``exit_code`` is the starting shell's status
+    (minus the signal number when a signal ended it), known once the group has ended."""
+
+    process_id: ProcessId
+    state: ProcessState
+    exit_code: int | None = Field(ge=-64, le=255)
+    ports: tuple[Port, ...] = Field(max_length=1024, strict=False)
+    elapsed_s: float = Field(ge=0, le=10 * 365 * 86400, allow_inf_nan=False)
+    pid: Pid
+    command: str = Field(max_length=MAX_COMMAND_CHARS)
+
+
+class ProcessListResult(_Result):
+    processes: tuple[ProcessInfo, ...] = Field(max_length=1024, strict=False)
+    # TCP ports anything in the container listens on (the REPL's own servers included).
+    listening: tuple[Port, ...] = Field(default=(), max_length=256, strict=False)
+
+
+class ProcessOutputResult(ProcessInfo):
+    """The last lines of a process's log. ``dropped_bytes`` counts output the log cap discarded;
+    ``truncated`` says fewer lines than asked for came back because of a cap, not because the
+    process printed fewer."""
+
+    output: str
+    lines: int = Field(ge=0, le=MAX_TAIL_LINES)
+    dropped_bytes: int = Field(ge=0, le=MAX_COUNT)
+    truncated: bool
+
+
+class ProcessKillResult(ProcessInfo):
+    """What a kill took: ``signal_used`` is the strongest signal sent (None if the group had
+    already ended); ``group_empty`` says no process of the group remains."""
+
+    signal_used: Literal["SIGTERM", "SIGKILL"] | None
+    group_empty: bool
+
+
+class _Failure(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    error_type: str = Field(max_length=64)
+    error_message: str = Field(max_length=4096)
+    running: int | None = Field(default=None, ge=0, le=100_000)
+
+
+class SessionProcesses:
+    """The background processes of one session container."""
+
+    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+        self._backend = backend
+        self._container_id = container_id
+        self._policy = policy
+        # The owning tenant's own processes_per_session quota, when lower than the policy's.
+        self.tenant_cap: int | None = None
+        # Told each new process id, so the manager finds the session by it on every path.
+        self.on_started: Callable[[str], None] | None = None
+
+    def _max_running(self) -> int:
+        limit = self._policy.limits.processes_per_session
+        if self.tenant_cap is not None:
+            limit = min(limit, self.tenant_cap)
+        if limit < 1:  # the helper counts from one: a cap of none is refused here
+            raise QuotaExceededError(
+                "processes_per_session: this tenant may run no background process",
+                quota="processes_per_session",
+            )
+        return limit
+
+    async def start(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        confirm_dangerous: bool = False,
+    ) -> ProcessStartResult:
+        """Launch ``bash -c command`` in the background if the shell policy allows it;
+        ``quota_exceeded`` past the policy's ``limits.processes_per_session`` running ones."""
+        command = _check_command(command)
+        command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
+        request = {
+            "process_id": secrets.token_hex(PROCESS_ID_BYTES),
+            "command": command,
+            "cwd": WORKSPACE if cwd is None else workspace_path(cwd, name="cwd"),
+            "env": caller_env(env),
+            "max_log_bytes": LOG_CAP_PER_STREAM_BYTES * self._policy.output.max_stream_bytes,
+            "max_running": self._max_running(),
+        }
+        data = await self._call("start", request, max_reply_bytes=REPLY_SLACK_BYTES)
+        result = _parse(ProcessStartResult, {**data, "command": command})
+        if result.process_id != request["process_id"] or result.pgid != result.pid:
+            raise BackendError("the process helper answered start for another process")
+        if self.on_started is not None:
+            self.on_started(result.process_id)
+        return result
+
+    async def list(self) -> ProcessListResult:
+        data = await self._call("list", {}, max_reply_bytes=MAX_LIST_REPLY_BYTES)
+        return _parse(ProcessListResult, data)
+
+    async def read_output(
+        self, process_id: str, *, tail: int = DEFAULT_TAIL
+    ) -> ProcessOutputResult:
+        """The last ``tail`` lines of the process's output (stdout and stderr, interleaved)."""
+        process_id = _check_process_id(process_id)
+        _check_tail(tail)
+        max_bytes = self._policy.output.max_stream_bytes
+        request = {"process_id": process_id, "tail": tail, "max_bytes": max_bytes}
+        reply_cap = ESCAPE_FACTOR * max_bytes + REPLY_SLACK_BYTES
+        data = await self._call("read_output", request, max_reply_bytes=reply_cap)
+        result = _parse(ProcessOutputResult, data)
+        if result.process_id != process_id or len(result.output) > max_bytes:
+            raise BackendError("the process helper sent output it was not asked for")
+        return result
+
+    async def kill(self, process_id: str) -> ProcessKillResult:
+        """TERM to the whole group, KILL after the policy's grace, then wait until it is empty."""
+        process_id = _check_process_id(process_id)
+        grace = self._policy.timeouts.kill_grace_s
+        data = await self._call(
+            "kill",
+            {"process_id": process_id, "grace_s": grace},
+            max_reply_bytes=REPLY_SLACK_BYTES,
+            timeout=OP_TIMEOUT + grace + KILL_EXTRA_WAIT,
+        )
+        result = _parse(ProcessKillResult, data)
+        if result.process_id != process_id:
+            raise BackendError("the process helper answered kill for another process")
+        return result
+
+    async def _call(
+        self,
+        op: str,
+        request: dict[str, Any],
+        *,
+        max_reply_bytes: int,
+        timeout: float = OP_TIMEOUT,
+    ) -> dict[str, Any]:
+        """One exec of the helper: the request on stdin, one bounded JSON reply on stdout."""
+        spec = ExecSpec(argv=[*PROCS_ARGV, op])
+        stream = await self._backend.open_exec(self._container_id, spec)
+        out, err = bytearray(), b""
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                await stream.send(json.dumps(request).encode())
+                await stream.send_eof()
+                while (chunk := await stream.receive()) is not None:
+                    if chunk[0] == STDERR:
+                        err = (err + chunk[1])[-STDERR_TAIL_BYTES:]
+                        continue
+                    out += chunk[1]
+                    if len(out) > max_reply_bytes:
+                        raise BackendError(f"the process helper's {op} reply is oversized")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+        if scope.cancelled_caught:
+            raise BackendError(f"the process helper did not answer {op} within {timeout:g} s")
+        return _envelope(op, bytes(out), err)
+
+
+def _envelope(op: str, raw: bytes, err: bytes) -> dict[str, Any]:
+    """The payload of a successful reply, or the error a failed one stands for."""
+    try:
+        data = untrusted_json(raw)
+    except ValueError:
+        detail = err.decode("utf-8", "replace").strip()[-500:] or "no output"
+        raise BackendError(f"the process helper sent no valid reply to {op}: {detail}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        raise BackendError(f"the process helper's {op} reply has no ok flag")
+    if data.pop("ok"):
+        return data
+    failure = _parse(_Failure, data)
+    message = failure.error_message[:500]
+    if failure.error_type == "session_not_found":
+        raise SessionNotFoundError(_unknown_message())
+    if failure.error_type == "invalid_argument":
+        raise InvalidArgumentError(message)
+    if failure.error_type == "quota_exceeded":
+        raise QuotaExceededError(
+            f"processes_per_session: {failure.running} background processes are running",
+            quota="processes_per_session",
+            hint="kill one first",
+        )
+    raise BackendError(f"the process helper failed {op}: {message}")
+
+
+def _parse(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "-"
+        raise BackendError(
+            f"the process helper sent a malformed reply ({where}: {first['msg']})"
+        ) from None
+
+
+def _check_command(command: Any) -> str:
+    if not isinstance(command, str) or not command.strip():
+        raise InvalidArgumentError("command must be a non-empty string")
+    if "\0" in command:
+        raise InvalidArgumentError("command must not contain NUL bytes")
+    if len(command) > MAX_COMMAND_CHARS:
+        raise InvalidArgumentError(f"command is longer than {MAX_COMMAND_CHARS} characters")
+    try:
+        command.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("command must be valid Unicode text") from None
+    return command
+
+
+def _check_tail(tail: Any) -> None:
+    if isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= MAX_TAIL_LINES:
+        raise InvalidArgumentError(f"tail must be an integer in [1, {MAX_TAIL_LINES}]")
+
+
+def _check_process_id(process_id: Any) -> str:
+    """Only a string is looked up; one that is not an id of ours is unknown like any other."""
+    if not isinstance(process_id, str):
+        raise InvalidArgumentError("process_id must be a string")
+    if not _PROCESS_ID.fullmatch(process_id):
+        raise SessionNotFoundError(_unknown_message())
+    return process_id
+
+
+def _unknown_message() -> str:
+    # The same words for every unknown id: an answer must not tell ids apart.
+    return "no background process with this process_id in this session"
+
+
+__all__ = [
+    "ProcessInfo",
+    "ProcessKillResult",
+    "ProcessListResult",
+    "ProcessOutputResult",
+    "ProcessStartResult",
+    "SessionProcesses",
+]

@@ -1,0 +1,226 @@
+"""The worker protocol as the orchestrator reads it: newline-delimited JSON whose every frame is
+untrusted. Lines are bounded in size, decoded strictly (``untrusted_json``: no NaN or Infinity,
+integers of a bounded number of digits) and checked against these models, every number in them
+bounded; anything else is a ``ProtocolViolation``, which ends that worker and nothing else. The
+file and process helpers' replies are decoded by ``untrusted_json`` too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.errors import ERROR_TYPES
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_INT_DIGITS",
+    "PROTOCOL_VERSION",
+    "WORKER_ERROR_TYPES",
+    "ExecuteReply",
+    "FatalFrame",
+    "InspectReply",
+    "LineBuffer",
+    "ListVariablesReply",
+    "ProtocolViolation",
+    "ReadyFrame",
+    "Reply",
+    "decode_frame",
+    "encode_request",
+    "payload",
+    "untrusted_json",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+PROTOCOL_VERSION = 1
+# Request ids are ours; a reply with any other id is a lie or a leftover.
+MAX_ID_CHARS = 64
+# The error types of ours a worker reports for a cell; it names a user exception class that
+# shares a name with any other under a qualified name (worker/executor.py), so a reply naming
+# one of the others (timeout, process_crashed, ...) is a forgery posing as the host.
+WORKER_ERROR_TYPES: Final = frozenset({"validation", "import_blocked"})
+# An integer of more digits is refused before Python converts it (which it refuses past 4300
+# digits, with a ValueError): nothing a container reports comes near 2**63.
+MAX_INT_DIGITS: Final = 19
+MAX_COUNT: Final = 2**63 - 1
+# Times in ms and memory in MiB: a thousand years of a cell, a zettabyte; past that it is a lie.
+MAX_MEASURE: Final = 1e13
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Measure = Annotated[float, Field(ge=0, le=MAX_MEASURE, allow_inf_nan=False)]
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} characters")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 is valid JSON and parses as inf
+        raise ValueError(f"a number out of range: {text[:32]}")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def untrusted_json(data: bytes | str) -> Any:
+    """JSON from a container, strictly: a ``ValueError`` for anything else, for NaN, Infinity,
+    a float out of range, an integer over ``MAX_INT_DIGITS`` digits, or nesting too deep."""
+    try:
+        return json.loads(
+            data,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            parse_constant=_no_constant,
+        )
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+class ProtocolViolation(Exception):
+    """The worker sent something the protocol does not allow."""
+
+
+class _Frame(BaseModel):
+    # Replies may carry fields this side does not use; they are dropped, never trusted.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ReadyFrame(_Frame):
+    type: Literal["ready"]
+    pid: int = Field(gt=1, lt=2**22)
+    protocol: int = Field(ge=0, le=2**31)
+    python: str = Field(max_length=64)
+
+
+class FatalFrame(_Frame):
+    type: Literal["fatal"]
+    error_message: str = Field(max_length=4096)
+
+
+class Reply(_Frame):
+    """Any reply. Its operation-specific payload stays in ``raw`` for the typed models below."""
+
+    type: Literal["reply"]
+    id: str | None = Field(max_length=MAX_ID_CHARS)
+    ok: bool
+    error_type: str | None = Field(default=None, max_length=64)
+    error_message: str | None = None
+    raw: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+
+class ExecuteReply(_Frame):
+    success: bool
+    stdout: str = ""
+    stderr: str = ""
+    stdout_bytes: Count = 0
+    stderr_bytes: Count = 0
+    result_repr: str | None = None
+    error_type: str | None = Field(default=None, max_length=128)
+    error_message: str | None = None
+    traceback: str | None = None
+    violations: list[str] = Field(default_factory=list, max_length=1000)
+    execution_time_ms: Measure
+    cpu_time_ms: Measure
+    peak_memory_mb: Measure
+    truncated: bool = False
+    interrupted: bool = False
+
+    @field_validator("error_type")
+    @classmethod
+    def _not_the_hosts(cls, value: str | None) -> str | None:
+        if value in ERROR_TYPES and value not in WORKER_ERROR_TYPES:
+            raise ValueError(f"{value!r} is an error type only the host gives")
+        return value
+
+
+class VariableInfo(_Frame):
+    name: str = Field(max_length=256)
+    type: str = Field(max_length=256)
+
+
+class ListVariablesReply(_Frame):
+    variables: list[VariableInfo] = Field(max_length=100_000)
+    modules: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+class InspectReply(_Frame):
+    found: bool
+    name: str = Field(max_length=256)
+    # On the wire ``type`` names the frame, so the variable's type travels as ``type_name``.
+    type: str | None = Field(default=None, max_length=256, validation_alias="type_name")
+    repr: str | None = None
+    length: Count | None = None
+    doc: str | None = None
+    signature: str | None = None
+    shape: Annotated[list[Count], Field(max_length=64)] | str | None = None
+    dtype: str | None = None
+
+
+class LineBuffer:
+    """Assembles lines from stream chunks; refuses any line longer than ``max_line`` bytes."""
+
+    def __init__(self, max_line: int) -> None:
+        self._max_line = max_line
+        self._pending = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._pending += data
+        lines = []
+        while (end := self._pending.find(b"\n")) >= 0:
+            lines.append(bytes(self._pending[:end]))
+            del self._pending[: end + 1]
+        if len(self._pending) > self._max_line or any(len(x) > self._max_line for x in lines):
+            raise ProtocolViolation(f"a frame is longer than {self._max_line} bytes")
+        return lines
+
+
+def decode_frame(line: bytes) -> ReadyFrame | FatalFrame | Reply:
+    try:
+        data = untrusted_json(line)
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+        raise ProtocolViolation(f"a frame is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise ProtocolViolation("a frame is not a JSON object")
+    kind = data.get("type")
+    model: type[ReadyFrame | FatalFrame | Reply]
+    if kind == "ready":
+        model = ReadyFrame
+    elif kind == "fatal":
+        model = FatalFrame
+    elif kind == "reply":
+        model = Reply
+    else:
+        raise ProtocolViolation(f"unknown frame type {str(kind)[:32]!r}")
+    data.pop("raw", None)
+    frame = _validated(model, data)
+    if isinstance(frame, Reply):
+        frame = frame.model_copy(update={"raw": data})
+    return frame
+
+
+def payload(reply: Reply, model: type[M]) -> M:
+    """The operation-specific fields of a reply, checked against ``model``."""
+    return _validated(model, reply.raw)
+
+
+def _validated(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ProtocolViolation(f"{model.__name__}.{where}: {first['msg']}") from None
+
+
+def encode_request(request_id: str, op: str, **args: Any) -> bytes:
+    return json.dumps({"id": request_id, "op": op, **args}, separators=(",", ":")).encode() + b"\n"

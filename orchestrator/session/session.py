@@ -1,0 +1,147 @@
+"""A session: one container and everything that runs in it, owned by one tenant.
+
+Invariant: work on the session's interpreter is serialised by ``lock``; a caller that cannot get
+it within the busy timeout gets ``busy`` instead of interleaving with the call in progress. File
+and process operations are independent short execs and do not take the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import anyio
+
+from orchestrator.backend.docker import DockerBackend
+from orchestrator.errors import BusyError, OrchestratorError
+from orchestrator.policy.model import Policy
+from orchestrator.session.files.operations import SessionFiles
+from orchestrator.session.history import CodeHistory
+from orchestrator.session.processes import SessionProcesses
+from orchestrator.session.repl.interpreter import Repl
+from orchestrator.session.shell import PersistentShell
+from orchestrator.session.terminal.terminals import SessionTerminals
+
+__all__ = ["Session", "new_session_id"]
+
+log = logging.getLogger(__name__)
+
+# 128 bits of randomness: ids are bearer-like, never guessable.
+SESSION_ID_BYTES = 16
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(SESSION_ID_BYTES)
+
+
+@dataclass(eq=False, kw_only=True)
+class Session:
+    id: str
+    tenant: str
+    # The task scope that owns the session; None: the tenant itself.
+    task: str | None = None
+    policy: Policy
+    container_id: str
+    repl: Repl
+    files: SessionFiles
+    processes: SessionProcesses
+    terminals: SessionTerminals
+    shell: PersistentShell
+    history: CodeHistory
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=time.monotonic)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # Guards pause/resume so two calls never thaw (or freeze) the container at once.
+    state_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    paused: bool = False
+    calls_in_progress: int = 0
+    closed: bool = False
+
+    @classmethod
+    def assemble(
+        cls,
+        backend: DockerBackend,
+        *,
+        session_id: str,
+        tenant: str,
+        policy: Policy,
+        container_id: str,
+        adopt_pid: int | None = None,
+        on_new_worker: Callable[[int], None] | None = None,
+    ) -> Session:
+        """A session object for a container that exists (new, or re-adopted after a restart);
+        nothing runs in it yet."""
+        return cls(
+            id=session_id,
+            tenant=tenant,
+            policy=policy,
+            container_id=container_id,
+            repl=Repl(
+                backend, container_id, policy, adopt_pid=adopt_pid, on_new_worker=on_new_worker
+            ),
+            files=SessionFiles(backend, container_id, policy),
+            processes=SessionProcesses(backend, container_id, policy),
+            terminals=SessionTerminals(backend, container_id, policy),
+            shell=PersistentShell(backend, container_id, policy),
+            history=CodeHistory(policy.python.max_history),
+        )
+
+    @property
+    def busy(self) -> bool:
+        """In a call, or with a call waiting for the interpreter: not idle, not evictable."""
+        return self.calls_in_progress > 0 or self.lock.locked()
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    @asynccontextmanager
+    async def turn(self, *, busy_timeout: float) -> AsyncIterator[None]:
+        """Hold the session for one call; ``busy`` if another call keeps it past the timeout."""
+        acquired = False
+        with anyio.move_on_after(busy_timeout):
+            await self.lock.acquire()
+            acquired = True
+        if not acquired:
+            raise BusyError(f"session {self.id} is busy with another call")
+        self.calls_in_progress += 1
+        try:
+            self.touch()
+            yield
+        finally:
+            self.calls_in_progress -= 1
+            self.touch()
+            self.lock.release()
+
+    @property
+    def idle_seconds(self) -> float:
+        return time.monotonic() - self.last_active
+
+    async def close_parts(self, *, keep_worker: bool = False) -> None:
+        """Stop what runs in the session (terminals, shell, and the REPL worker unless
+        ``keep_worker``, which leaves it for the next orchestrator to re-adopt). Each part is
+        closed even when an earlier one failed."""
+        with anyio.CancelScope(shield=True):
+            self.closed = True
+            for part in (self.terminals, self.shell, self.repl):
+                try:
+                    if part is self.repl and keep_worker:
+                        await self.repl.detach()
+                    else:
+                        await part.aclose()
+                except OrchestratorError as exc:
+                    log.warning(
+                        "session %s: closing %s failed: %s", self.id, type(part).__name__, exc
+                    )
+
+    async def aclose(self, backend: DockerBackend) -> None:
+        """Stop what runs in the session and remove its container. Shielded: the container is
+        always removed, or the failure to remove it is raised."""
+        with anyio.CancelScope(shield=True):
+            await self.close_parts()
+            await backend.remove_container(self.container_id)

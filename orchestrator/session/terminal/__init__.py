@@ -1,0 +1,3 @@
+"""Terminals: attached execs with output buffers and cursors."""
+
+__all__: list[str] = []

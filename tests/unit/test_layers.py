@@ -1,0 +1,141 @@
+"""The folder tree is the layer diagram, and the imports keep to it: each package imports only
+the layers below it (TYPE_CHECKING imports included), nothing outside ``backend/docker/`` touches
+the docker SDK or a private backend module, the in-container worker imports only the standard
+library (and psutil, which its image carries), and every public module declares ``__all__``."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
+
+# Each top-level part of the package and the parts it may import (besides itself). Read bottom
+# up: errors and policy at the foot; backend, then a session's parts; what survives restarts and
+# the audit log; the manager; the tool contract; the API; the interfaces on top.
+FOUNDATION = {"errors", "_resources"}
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "_resources": set(),
+    "worker": set(),
+    "policy": FOUNDATION,
+    "backend": FOUNDATION | {"policy"},
+    "images": FOUNDATION | {"backend"},
+    "session": FOUNDATION | {"policy", "backend"},
+    "registry": FOUNDATION | {"backend", "session"},
+    "audit": FOUNDATION | {"session"},
+    "_core": FOUNDATION | {"policy", "backend", "images", "session", "registry", "audit"},
+    "tools": FOUNDATION | {"policy", "backend", "session", "_core"},
+    "_api": FOUNDATION | {"policy", "backend", "session", "_core", "tools", "audit"},
+    "sync": FOUNDATION | {"_api", "_core", "tools"},
+    "policy_ci": FOUNDATION | {"policy", "session", "_core", "tools", "_api", "worker"},
+}
+INTERFACES = {"cli", "http", "mcp_server", "__init__", "__main__"}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(relative.parts).removesuffix(".__init__")
+        found.append((name, path))
+    return found
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def _internal_edges() -> list[tuple[str, str]]:
+    edges = []
+    for name, path in _modules():
+        for imported in _imports(path):
+            if imported == "orchestrator" or imported.startswith("orchestrator."):
+                edges.append((name, imported))
+    return edges
+
+
+def test_every_package_imports_only_the_layers_below_it() -> None:
+    wrong = set()
+    for source, target in _internal_edges():
+        here, there = _part(source), _part(target)
+        if here == there or here in INTERFACES or there == "__init__":
+            continue
+        if there not in ALLOWED.get(here, set()):
+            wrong.add(f"{source} -> {target}")
+    assert sorted(wrong) == []
+
+
+def test_the_manager_never_imports_the_tool_layer() -> None:
+    assert [e for e in _internal_edges() if _part(e[0]) == "_core" and _part(e[1]) == "tools"] == []
+
+
+def test_only_the_docker_backend_imports_docker_or_private_backend_modules() -> None:
+    wrong = []
+    for name, path in _modules():
+        if name.startswith("orchestrator.backend.docker"):
+            continue
+        for imported in _imports(path):
+            private = imported.startswith("orchestrator.backend.") and any(
+                part.startswith("_") for part in imported.split(".")[2:]
+            )
+            if imported.split(".")[0] == "docker" or private:
+                wrong.append(f"{name} -> {imported}")
+    assert wrong == []
+
+
+# The image installs psutil from a wheel for the process helper; nothing else is there.
+WORKER_THIRD_PARTY = {"psutil"}
+
+
+def test_the_worker_imports_only_the_standard_library_psutil_and_itself() -> None:
+    wrong = []
+    for name, path in _modules():
+        if not name.startswith("orchestrator.worker"):
+            continue
+        for imported in _imports(path):
+            top = imported.split(".")[0]
+            if top not in sys.stdlib_module_names | WORKER_THIRD_PARTY | {"__future__"}:
+                wrong.append(f"{name} -> {imported}")
+    assert wrong == []
+
+
+def _public_modules() -> list[str]:
+    """Modules outside the worker whose dotted name has no private part (``_x``): a private
+    module is spoken for by its package's ``__all__``."""
+    return [
+        name
+        for name, _ in _modules()
+        if not name.startswith("orchestrator.worker")
+        and not any(part.startswith("_") for part in name.split(".")[1:])
+    ]
+
+
+@pytest.mark.parametrize("name", _public_modules())
+def test_every_public_module_declares_all(name: str) -> None:
+    tree = ast.parse(dict(_modules())[name].read_text())
+    declared = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and any(
+            isinstance(t, ast.Name) and t.id == "__all__"
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+    ]
+    assert declared, f"{name} has no __all__"
