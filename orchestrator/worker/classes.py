@@ -12,20 +12,26 @@ then the one used, so nothing can change between the check and the class:
   ``__doc__``, ``__qualname__``, ``__annotations__`` (a plain dict) or ``__module__`` (only
   ``"__main__"``, which is also what a class made here gets when it names none).
 
-Calls are seen where the transform routes them through :meth:`ClassRules.call`: every call with
-three or four positional arguments, or with ``*``/``**`` arguments, the only shapes that can
-make a class. Partial objects are looked through, and such a call may not hand a metaclass to
-anything but a function a cell defined (``map(type, names, bases, namespaces)``,
-``operator.call(type, ...)``). A higher-order C callable given a metaclass by a shorter call
-(``itertools.starmap(type, rows)``) is not seen; what a class made that way could do is refused
-where it would matter (class patterns, copy, dataclasses, string annotations, class
-statements), see guards.py and patches.py.
+Calls are seen where the transform routes them (:meth:`ClassRules.make_callee`): every call with
+two to five positional arguments, or with ``*``/``**`` arguments; a class is made by three (a
+metaclass) or four (``type.__new__``), and a callable that calls another later is handed it with
+at least one more (``functools.partial(type, 'T')``, ``itertools.starmap(type, rows)``). The
+callee is looked at first, cheaply: a function a cell defined, a C function, an ordinary class
+are called as they are. Otherwise :meth:`ClassRules.call` looks through partial objects and
+``lru_cache`` wrappers, holds a metaclass call to the rule, and refuses a metaclass handed to
+anything but a function a cell defined or a callable that calls it with one argument
+(``map(type, values)``). ``functools.singledispatch`` refuses a metaclass as an implementation
+(patches.py). What a class made some other way could do is refused where it would matter
+(class patterns, copy, dataclasses, string annotations, class statements): see guards.py and
+patches.py.
 """
 
 import abc
 import builtins
 import enum
 import functools
+import itertools
+import operator
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -40,6 +46,11 @@ from .rules import (
 )
 
 _PARTIAL = functools.partial
+_LRU_WRAPPER: type = type(functools.lru_cache()(len))
+_METHOD_FUNC = types.MethodType.__dict__["__func__"]
+_METHOD_SELF = types.MethodType.__dict__["__self__"]
+_STATIC_FUNC = staticmethod.__dict__["__func__"]
+_OBJECT_DICT = object.__getattribute__
 _PARTIAL_FUNC = functools.partial.__dict__["func"]
 _PARTIAL_ARGS = functools.partial.__dict__["args"]
 _PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
@@ -59,8 +70,33 @@ _COMPILER_KEYS: dict[str, type] = {
     "__firstlineno__": int,
     "__static_attributes__": tuple,
 }
-# What a metaclass, a metaclass's __new__ or a partial object calling one can be.
-_MAKER_KINDS = (type, types.BuiltinFunctionType, types.FunctionType, _PARTIAL)
+# What a metaclass, a metaclass's __new__ or a wrapper calling one can be.
+_MAKER_KINDS = (
+    type,
+    types.BuiltinFunctionType,
+    types.FunctionType,
+    types.MethodType,
+    staticmethod,
+    _PARTIAL,
+    _LRU_WRAPPER,
+)
+# The kinds of C method (``str.join``, ``dict.fromkeys``, ``int.__add__``, ``(1).__add__``).
+_C_METHODS: tuple[type, ...] = tuple(
+    {type(str.join), type(dict.__dict__["fromkeys"]), type(int.__add__), type((1).__add__)}
+)
+# C callables (and their subclasses) that keep a callable and call it with arguments given
+# earlier, or with several: a metaclass handed to them could make a class later.
+_GATEWAYS: tuple[type, ...] = (_PARTIAL, _LRU_WRAPPER, map, itertools.starmap)
+# Builtins that call what they are given, with several arguments.
+_CALLING_BUILTINS = frozenset(
+    id(value) for value in (getattr(operator, "call", None),) if value is not None
+)
+# Callables that call what they are given with a single argument, or not at all.
+_UNARY = frozenset(id(value) for value in (map, filter))
+_HANDED_ON = (
+    "a metaclass may only be called directly, not handed to another callable"
+    " (the class-body rule for dunder methods)"
+)
 # Callables that never call their arguments: a metaclass may be passed to them.
 _INERT = frozenset(
     id(value)
@@ -149,24 +185,41 @@ class ClassRules:
         elif key not in CLASS_NAMESPACE_DUNDER_NAMES:
             raise GuardError(f"dunder method '{key}' is not allowed in a class made by {how}")
 
+    def refuse_metaclass(self, value: object) -> None:
+        """Refuse a metaclass (or a wrapper of one) where it would be kept and called later."""
+        if _makes_classes(value):
+            raise GuardError(_HANDED_ON)
+
     def make_callee(self) -> Callable[[object], object]:
-        """What a call that could make a class calls: a function a cell defined (or a method
-        of one) as it is, its own calls being guarded; anything else through :meth:`call`.
-        It runs before every such call, so it is a closure over what it compares."""
-        namespace = self._guard.namespace
+        """What a routed call calls: the callable itself when it cannot make a class and calls
+        nothing it is given with several arguments, else :meth:`call` bound to it. Called as it
+        is: a Python function (a cell's own calls are guarded; a library's call what they were
+        written to call), except a metaclass's ``__new__``; a method of one; a C function or
+        method not bound to a metaclass; a class that is neither a metaclass nor one of the
+        gateways. It runs before every such call, so it is a closure over what it compares."""
         call = self.call
         function, method, partial = types.FunctionType, types.MethodType, functools.partial
+        bound_c = (types.BuiltinFunctionType, types.MethodWrapperType)
+        unbound_c = _C_METHODS
+        calling_builtins, gateways = _CALLING_BUILTINS, _GATEWAYS
+        # The metaclass __new__ functions live as long as their modules: their ids are theirs.
+        news = frozenset(id(new) for new in _METACLASS_NEWS)
 
         def callee(func: Any) -> object:
             kind = type(func)
             # Attributes of exact functions and methods are their own: neither is subclassable.
             if kind is function:
-                if func.__globals__ is namespace:
+                if id(func) not in news:
                     return func
-            elif (
-                kind is method
-                and type(func.__func__) is function
-                and func.__func__.__globals__ is namespace
+            elif kind is method:
+                if type(func.__func__) is function and id(func.__func__) not in news:
+                    return func
+            elif kind in bound_c:
+                if id(func) not in calling_builtins and not _is_metaclass(func.__self__):
+                    return func
+            elif kind in unbound_c or (
+                issubclass(kind, type)
+                and not (issubclass(func, type) or issubclass(func, gateways))
             ):
                 return func
             return partial(call, func)
@@ -189,13 +242,11 @@ class ClassRules:
             checked = self.check_namespace(namespace, "type.__new__()")
             checked.setdefault("__module__", USER_MODULE)
             return target(meta, name, bases, checked, **keywords)  # type: ignore[operator]
-        if id(target) not in _INERT and not self._guard.is_session_function(target):
+        unary = id(target) in _UNARY and len(positional) == 2 and not keywords
+        if not unary and id(target) not in _INERT and not self._guard.is_session_function(target):
             for value in (*positional, *keywords.values()):
                 if _makes_classes(value):
-                    raise GuardError(
-                        "a metaclass may only be called directly, not handed to another callable"
-                        " (the class-body rule for dunder methods)"
-                    )
+                    raise GuardError(_HANDED_ON)
         return func(*args, **kwargs)  # type: ignore[operator]
 
     def new_class(
@@ -248,14 +299,29 @@ class ClassRules:
 
 
 def _unwrap(func: object) -> tuple[object, tuple[object, ...], dict[str, Any]]:
-    """The callable a partial object calls, with the arguments it adds, read from its slots."""
+    """The callable a partial object or an ``lru_cache`` wrapper calls, with the arguments a
+    partial adds, read from their slots and dictionaries (a cell cannot write an lru_cache
+    wrapper's, see guards.py)."""
     args: tuple[object, ...] = ()
     keywords: dict[str, Any] = {}
     target = func
     for _ in range(_MAX_PARTIAL_DEPTH):
-        if not issubclass(type(target), _PARTIAL):
+        kind = type(target)
+        if issubclass(kind, _PARTIAL):
+            args = (*_PARTIAL_ARGS.__get__(target), *args)
+            keywords = {**_PARTIAL_KEYWORDS.__get__(target), **keywords}
+            target = _PARTIAL_FUNC.__get__(target)
+        elif kind is _LRU_WRAPPER:
+            target = _OBJECT_DICT(target, "__dict__").get("__wrapped__")
+        elif kind is types.MethodType:
+            args = (_METHOD_SELF.__get__(target), *args)
+            target = _METHOD_FUNC.__get__(target)
+        elif issubclass(kind, staticmethod):
+            target = _STATIC_FUNC.__get__(target)
+        elif kind is types.MethodWrapperType and _is_metaclass(getattr(target, "__self__", None)):
+            if getattr(target, "__name__", None) != "__call__":
+                return target, args, keywords
+            target = getattr(target, "__self__", None)  # a metaclass's __call__: the metaclass
+        else:
             return target, args, keywords
-        args = (*_PARTIAL_ARGS.__get__(target), *args)
-        keywords = {**_PARTIAL_KEYWORDS.__get__(target), **keywords}
-        target = _PARTIAL_FUNC.__get__(target)
     raise GuardError("partial objects nested this deep cannot be called")

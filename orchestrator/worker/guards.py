@@ -18,6 +18,7 @@ the class dictionaries along the MRO, never through a lookup hook.
 
 import abc
 import enum
+import functools
 import operator
 import typing
 from collections.abc import Callable
@@ -59,9 +60,10 @@ _FUNCTION_GLOBALS = FunctionType.__dict__["__globals__"]
 # Py_TPFLAGS_MATCH_SELF: ``case int(x)`` binds the subject itself and reads no attribute.
 _MATCH_SELF = 1 << 22
 _MISSING: Any = object()
-# Objects whose attributes library code pastes into generated source or trusts as names: a cell
-# may read them, never write them (dataclasses reads Field.name again after user code ran).
-_READ_ONLY = (Field,)
+# Objects whose attributes library code pastes into generated source or trusts: a cell may read
+# them, never write them (dataclasses reads Field.name again after user code ran; the guard
+# reads an lru_cache wrapper's __wrapped__ to see what it calls).
+_READ_ONLY = (Field, type(functools.lru_cache()(len)))
 # What a class pattern may not read attributes from: the same objects ``attr`` refuses.
 _UNREADABLE_SUBJECTS = (ModuleType, super, *_INTERNALS)
 # Metaclasses whose lookups and instance checks are the standard ones.

@@ -13,11 +13,14 @@ classes or sets attributes by name on behalf of user code, whatever path led the
   library classes or library functions, never under a dunder name.
 - ``types.new_class`` (and so ``dataclasses.make_dataclass``), asked for by a cell, and enum's
   functional API keep the class-body rule (classes.py).
+- ``functools.singledispatch``: a generic function calls its implementations with the caller's
+  arguments, so a metaclass may not be one (``register(str)(type)`` would make classes).
 The worker installs them once; tests undo them with the callable ``install`` returns."""
 
 import copy
 import dataclasses
 import enum
+import functools
 import keyword
 import string
 import sys
@@ -115,6 +118,7 @@ def install(
     patch(copy, "_reconstruct", lambda _original: _reconstruct(guard, classes))
     patch(types, "new_class", lambda original: _new_class(guard, classes, original))
     patch(enum.EnumType, "_create_", lambda original: _enum_create(classes, original))
+    patch(functools, "singledispatch", lambda original: _singledispatch(classes, original))
 
     def restore() -> None:
         for owner, name, original in reversed(undo):
@@ -262,3 +266,27 @@ def _enum_create(classes: ClassRules, original: Callable[..., object]) -> Callab
         )
 
     return _create_
+
+
+def _singledispatch(classes: ClassRules, original: Callable[..., Any]) -> Callable[..., Any]:
+    valid_dispatch_type = getattr(functools, "_is_valid_dispatch_type", None)
+
+    def singledispatch(func: Any) -> Any:
+        classes.refuse_metaclass(func)
+        generic = original(func)
+        register_checked = generic.register
+
+        def register(cls: Any, func: Any = None) -> Any:
+            if func is None:
+                is_type = valid_dispatch_type(cls) if valid_dispatch_type else isinstance(cls, type)
+                if is_type:
+                    return lambda implementation: register(cls, implementation)
+                classes.refuse_metaclass(cls)  # the annotated-function form
+                return register_checked(cls)
+            classes.refuse_metaclass(func)
+            return register_checked(cls, func)
+
+        generic.register = register
+        return generic
+
+    return singledispatch

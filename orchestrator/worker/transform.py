@@ -4,10 +4,11 @@ builtins under a dunder name, which user code cannot write and so cannot reach o
     obj.name              ->  __sbx_attr__(obj, 'name')
     obj.name = v          ->  __sbx_target__(obj).name = v        (also del, for, with, ...)
     obj.name += v         ->  __sbx_augattr__(obj, 'name', 'Add', v)
-    f(a, b, c), f(*a)     ->  __sbx_callee__(f)(a, b, c)           (the call shapes that can make
-                                                                   a class: 3 to 5 positional
-                                                                   arguments, or unpacked ones;
-                                                                   see classes.py)
+    f(a, b), f(*a)        ->  __sbx_callee__(f)(a, b)              (the call shapes that can make
+                                                                   a class, or hand a metaclass
+                                                                   to a callable with arguments:
+                                                                   2 to 5 positional arguments,
+                                                                   or unpacked ones; classes.py)
     match s: case a.B:    ->  __sbx_match_0__ = __sbx_match__(a.B)
                               match s: case __sbx_match_0__.v0:
 
@@ -49,10 +50,11 @@ GUARD_NAMES = (
     CALL_GUARD,
 )
 _HOLDER = "__sbx_match_{}__"
-# Calls with this many positional arguments can make a class: ``type(name, bases, ns)``,
-# ``type.__new__(meta, name, bases, ns)``, ``map(type, names, bases, namespaces)``,
+# Calls with this many positional arguments can make a class, ``type(name, bases, ns)``,
+# ``type.__new__(meta, name, bases, ns)``, or hand a metaclass on with what it will be called
+# with: ``functools.partial(type, 'T')``, ``itertools.starmap(type, rows)``,
 # ``operator.call(type.__new__, meta, name, bases, ns)``.
-_CLASS_MAKING_ARGS = (3, 4, 5)
+_CLASS_MAKING_ARGS = (2, 3, 4, 5)
 
 # A node, the class whose private names it mangles, and the class whose body is its scope.
 _Item = tuple[ast.AST, str | None, ast.ClassDef | None]
