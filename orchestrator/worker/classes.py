@@ -33,6 +33,7 @@ import functools
 import itertools
 import operator
 import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -50,6 +51,13 @@ _LRU_WRAPPER: type = type(functools.lru_cache()(len))
 _METHOD_FUNC = types.MethodType.__dict__["__func__"]
 _METHOD_SELF = types.MethodType.__dict__["__self__"]
 _STATIC_FUNC = staticmethod.__dict__["__func__"]
+_GENERIC_ORIGIN = types.GenericAlias.__dict__["__origin__"]
+# Aliases that call their origin when called: ``type[int]``, ``typing.Type[int]``.
+_ALIASES: tuple[type, ...] = tuple(
+    kind
+    for kind in (types.GenericAlias, getattr(typing, "_BaseGenericAlias", None))
+    if isinstance(kind, type)
+)
 _OBJECT_DICT = object.__getattribute__
 _PARTIAL_FUNC = functools.partial.__dict__["func"]
 _PARTIAL_ARGS = functools.partial.__dict__["args"]
@@ -79,6 +87,7 @@ _MAKER_KINDS = (
     staticmethod,
     _PARTIAL,
     _LRU_WRAPPER,
+    *_ALIASES,
 )
 # The kinds of C method (``str.join``, ``dict.fromkeys``, ``int.__add__``, ``(1).__add__``).
 _C_METHODS: tuple[type, ...] = tuple(
@@ -184,6 +193,14 @@ class ClassRules:
                 raise GuardError(f"dunder name '{key}' given to {how} is not the compiler's")
         elif key not in CLASS_NAMESPACE_DUNDER_NAMES:
             raise GuardError(f"dunder method '{key}' is not allowed in a class made by {how}")
+
+    def refuse_maker_type(self, data_type: object) -> None:
+        """Refuse a type whose instances enum would build from a class body's values when its
+        instances are classes or call what they were built with (``class E(type, Enum)``)."""
+        if _is_metaclass(data_type) or (
+            issubclass(type(data_type), type) and issubclass(data_type, _GATEWAYS)  # type: ignore[arg-type]
+        ):
+            raise GuardError(_HANDED_ON)
 
     def refuse_metaclass(self, value: object) -> None:
         """Refuse a metaclass (or a wrapper of one) where it would be kept and called later."""
@@ -298,6 +315,15 @@ class ClassRules:
         return plain
 
 
+def _alias_origin(alias: object) -> object:
+    if issubclass(type(alias), types.GenericAlias):
+        return _GENERIC_ORIGIN.__get__(alias)
+    try:
+        return object.__getattribute__(alias, "__origin__")
+    except AttributeError:
+        return None
+
+
 def _unwrap(func: object) -> tuple[object, tuple[object, ...], dict[str, Any]]:
     """The callable a partial object or an ``lru_cache`` wrapper calls, with the arguments a
     partial adds, read from their slots and dictionaries (a cell cannot write an lru_cache
@@ -318,6 +344,8 @@ def _unwrap(func: object) -> tuple[object, tuple[object, ...], dict[str, Any]]:
             target = _METHOD_FUNC.__get__(target)
         elif issubclass(kind, staticmethod):
             target = _STATIC_FUNC.__get__(target)
+        elif issubclass(kind, _ALIASES):
+            target = _alias_origin(target)  # list[int](...), typing.Type[int](...) call it
         elif kind is types.MethodWrapperType and _is_metaclass(getattr(target, "__self__", None)):
             if getattr(target, "__name__", None) != "__call__":
                 return target, args, keywords

@@ -14,9 +14,14 @@ classes or sets attributes by name on behalf of user code, whatever path led the
 - ``types.new_class`` (and so ``dataclasses.make_dataclass``), asked for by a cell, and enum's
   functional API keep the class-body rule (classes.py).
 - ``functools.singledispatch``: a generic function calls its implementations with the caller's
-  arguments, so a metaclass may not be one (``register(str)(type)`` would make classes).
+  arguments, so a metaclass may not be one (``register(str)(type)`` would make classes); enum
+  builds members by calling its data type with a class body's values, so that type may not be
+  a metaclass or a callable that calls what it is given (``class E(type, Enum)``).
+- ``collections.UserString.format`` and ``format_map`` format through the guard, as
+  ``str.format`` does for a cell.
 The worker installs them once; tests undo them with the callable ``install`` returns."""
 
+import collections
 import copy
 import dataclasses
 import enum
@@ -96,7 +101,9 @@ def install(
     undo: list[tuple[type | object, str, object]] = []
 
     def patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        original = getattr(owner, name, None)
+        # A class's own entry (a classmethod stays one), else the module attribute.
+        found = vars(owner).get(name) if isinstance(owner, type) else None
+        original = found if found is not None else getattr(owner, name, None)
         if original is None:
             return  # not in this Python version: nothing to guard
         undo.append((owner, name, original))
@@ -119,6 +126,9 @@ def install(
     patch(types, "new_class", lambda original: _new_class(guard, classes, original))
     patch(enum.EnumType, "_create_", lambda original: _enum_create(classes, original))
     patch(functools, "singledispatch", lambda original: _singledispatch(classes, original))
+    patch(enum.EnumType, "_find_data_type_", lambda original: _enum_data_type(classes, original))
+    patch(collections.UserString, "format", lambda _original: _user_string(guard, "format"))
+    patch(collections.UserString, "format_map", lambda _original: _user_string(guard, "format_map"))
 
     def restore() -> None:
         for owner, name, original in reversed(undo):
@@ -290,3 +300,24 @@ def _singledispatch(classes: ClassRules, original: Callable[..., Any]) -> Callab
         return generic
 
     return singledispatch
+
+
+def _enum_data_type(classes: ClassRules, original: Any) -> Any:
+    def _find_data_type_(mcls: type, class_name: str, bases: tuple[type, ...]) -> object:
+        found = original.__func__(mcls, class_name, bases)
+        classes.refuse_maker_type(found)
+        return found
+
+    return classmethod(_find_data_type_)
+
+
+def _user_string(guard: AttributeGuard, method: str) -> Callable[..., str]:
+    def format_method(self: collections.UserString, /, *args: Any, **kwargs: Any) -> str:
+        binder = guard.format_binder
+        if binder is None:
+            raise GuardError("str.format is not available")
+        bound: Any = binder(exact_str(self.data), method)
+        return bound(*args, **kwargs)  # type: ignore[no-any-return]
+
+    format_method.__name__ = method
+    return format_method

@@ -293,6 +293,35 @@ ESCAPES = {
         "class M(type, metaclass=MM):\n    pass\nM('X', (), {})",
         "validation",
     ),
+    "type reached through the alias type[int]": (
+        DUNDER + "type[int]('T', (), {d + 'getattribute' + d: len})",
+        "validation",
+    ),
+    "type reached through typing.Annotated": (
+        DUNDER
+        + "import typing\ntyping.Annotated[type, 'x']('T', (), {d + 'getattribute' + d: len})",
+        "validation",
+    ),
+    "type as the data type of an enum, members made from the class body": (
+        DUNDER + "import enum\nclass E(type, enum.Enum):\n"
+        "    A = ('T', (), {d + 'getattribute' + d: len})",
+        "validation",
+    ),
+    "functools.partial as the data type of an enum": (
+        DUNDER + "import enum, functools\nclass E(functools.partial, enum.Enum):\n"
+        "    A = (type, 'T', (), {d + 'getattribute' + d: len})",
+        "validation",
+    ),
+    "collections.UserString.format reaching __globals__": (
+        "import collections\ndef f():\n    pass\n"
+        "collections.UserString('{0.__globals__}').format(f)",
+        "validation",
+    ),
+    "collections.UserString.format_map reaching __globals__": (
+        "import collections\ndef f():\n    pass\n"
+        "collections.UserString('{x.__globals__}').format_map({'x': f})",
+        "validation",
+    ),
     "type handed to operator.call": (
         DUNDER + "import operator\noperator.call(type, 'T', (), {d + 'getattribute' + d: len})",
         "validation",
@@ -588,6 +617,14 @@ ORDINARY = {
         "@dataclasses.dataclass\nclass DC:\n    v: list\n"
         "(copy.deepcopy(K()).p(), copy.copy(S())._b, copy.deepcopy(DC([1])))",
         "([1], 2, DC(v=[1]))",
+    ),
+    "aliases, UserString and enums with data types": (
+        "import collections, enum, typing\n"
+        "class Code(str, enum.Enum):\n    OK = 'ok'\n"
+        "(list[int]((1, 2)), typing.DefaultDict[str, int](int, a=1),"
+        " collections.UserString('{0}-{x}').format(1, x=2), Code.OK.upper(),"
+        " enum.Enum('F', [('A', 1)], type=int).A + 1)",
+        "([1, 2], defaultdict(<class 'int'>, {'a': 1}), '1-2', 'OK', 2)",
     ),
     "partial, lru_cache, starmap with ordinary callables": (
         "import functools, operator, itertools\n"
