@@ -216,7 +216,8 @@ class ClassRules:
         gateways. It runs before every such call, so it is a closure over what it compares."""
         call = self.call
         function, method, partial = types.FunctionType, types.MethodType, functools.partial
-        bound_c = (types.BuiltinFunctionType, types.MethodWrapperType)
+        # Compared by identity below: ``in`` would ask a metaclass's __eq__.
+        builtin, wrapper = types.BuiltinFunctionType, types.MethodWrapperType
         unbound_c = _C_METHODS
         calling_builtins, gateways = _CALLING_BUILTINS, _GATEWAYS
         # The metaclass __new__ functions live as long as their modules: their ids are theirs.
@@ -231,10 +232,10 @@ class ClassRules:
             elif kind is method:
                 if type(func.__func__) is function and id(func.__func__) not in news:
                     return func
-            elif kind in bound_c:
+            elif kind is builtin or kind is wrapper:
                 if id(func) not in calling_builtins and not _is_metaclass(func.__self__):
                     return func
-            elif kind in unbound_c or (
+            elif any(kind is c_method for c_method in unbound_c) or (
                 issubclass(kind, type)
                 and not (issubclass(func, type) or issubclass(func, gateways))
             ):

@@ -67,11 +67,19 @@ _READ_ONLY = (Field, type(functools.lru_cache()(len)))
 # What a class pattern may not read attributes from: the same objects ``attr`` refuses.
 _UNREADABLE_SUBJECTS = (ModuleType, super, *_INTERNALS)
 # Metaclasses whose lookups and instance checks are the standard ones.
-TRUSTED_METACLASSES = frozenset(
+_TRUSTED_METACLASSES = tuple(
     meta
     for meta in (type, abc.ABCMeta, enum.EnumType, getattr(typing, "_ProtocolMeta", None))
     if meta is not None
 )
+
+
+def has_standard_metaclass(cls: type) -> bool:
+    """By identity: ``in`` would ask a meta-metaclass's ``__eq__`` and ``__hash__``."""
+    meta = type(cls)
+    return any(meta is trusted for trusted in _TRUSTED_METACLASSES)
+
+
 # Stand-ins kept for class patterns; a small cache, checked against the class on every use.
 _MAX_PATTERN_PROXIES = 256
 _AUG_OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -273,7 +281,7 @@ class AttributeGuard:
         found = raw_class_attr(klass, "__match_args__", _MISSING) if positional else _MISSING
         if positional and found is _MISSING and _TYPE_FLAGS.__get__(klass, type) & _MATCH_SELF:
             # int(x), str(x)...: the subject itself is bound, no attribute is read by position.
-            if type(klass) not in TRUSTED_METACLASSES:
+            if not has_standard_metaclass(klass):
                 raise GuardError("class patterns need a class with a standard metaclass")
             return klass
         if found is not _MISSING:

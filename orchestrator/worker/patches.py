@@ -37,7 +37,7 @@ from typing import Any
 
 from .classes import ClassRules
 from .errors import GuardError
-from .guards import TRUSTED_METACLASSES, AttributeGuard, is_session_class, raw_class_attr
+from .guards import AttributeGuard, has_standard_metaclass, is_session_class, raw_class_attr
 from .rules import exact_str, is_dunder
 from .safe_callables import guarded_get_field
 from .typeeval import Annotations
@@ -60,7 +60,7 @@ def check_dataclass(cls: object) -> None:
             " session cannot be set or deleted"
         )
     mro = _TYPE_MRO.__get__(klass, type)
-    if any(type(base) not in TRUSTED_METACLASSES for base in mro):
+    if not all(has_standard_metaclass(base) for base in mro):
         raise GuardError("dataclasses need classes whose metaclass is type, ABCMeta or EnumType")
     own = _TYPE_DICT.__get__(klass, type)
     if "__annotations__" in own:
