@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import GuardError
-from .guards import AttributeGuard, is_module, is_session_class
+from .guards import AttributeGuard, has_standard_metaclass, is_module, is_session_class
 from .rules import exact_str
 
 _MISSING: Any = object()
@@ -186,8 +186,14 @@ def make_wraps(update_wrapper: Callable[..., object]) -> Callable[..., object]:
 
 
 def _global_enum(cls: type, update_str: bool = False) -> type:
-    """enum.global_enum writes members into the globals of the class's module: only ours."""
-    if not issubclass(type(cls), type) or not is_session_class(cls):
+    """enum.global_enum writes members into the globals of the module ``cls.__module__`` names:
+    only ours. It reads that name again, so the metaclass must be the standard one too (no
+    ``__module__`` property on it to answer differently)."""
+    if (
+        not issubclass(type(cls), type)
+        or not is_session_class(cls)
+        or not has_standard_metaclass(cls)
+    ):
         raise GuardError(
             "enum.global_enum sets names in the enum's module: attributes of a module cannot be"
             " set or deleted, unless the enum was defined in this session"

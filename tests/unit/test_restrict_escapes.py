@@ -432,6 +432,12 @@ MADE_PAST_THE_RULE = {
         "typing.get_type_hints(T)",
         "import_blocked",
     ),
+    "its metaclass answers global_enum another __module__": (
+        "import enum\n"
+        "M = made('M', {d + 'module' + d: property(lambda c: 'json')}, (enum.EnumType,))\n"
+        "class E(enum.Enum, metaclass=M):\n    dumps = 1\nenum.global_enum(E)",
+        "validation",
+    ),
     "its metaclass is not a standard one, for a dataclass": (
         "import dataclasses\nM = made('M', {}, (type,))\nclass C(metaclass=M):\n    x: int\n"
         "dataclasses.dataclass(C)",
