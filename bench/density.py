@@ -37,7 +37,7 @@ from orchestrator.backend.docker import DockerClient
 from orchestrator.images import ensure_worker_image
 from orchestrator.session.session import Session
 
-LABELS = {"sbx.bench": "density"}
+LABELS = {"sandhold.bench": "density"}
 MIB = 1024 * 1024
 TARGET_MIB_PER_SESSION = 25.0
 # Let creation's transient memory (image layer reads, exec set-up) settle before measuring.

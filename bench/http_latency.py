@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/http_latency.py [--rounds 300]
 
-Measured in one run, each against a server started for it as a user starts it (``sbx serve``,
-``sbx mcp``), on a kept-alive connection, after a warm-up:
+Measured in one run, each against a server started for it as a user starts it (``sandhold serve``,
+``sandhold mcp``), on a kept-alive connection, after a warm-up:
 - ``rest_execute``: ``POST /v1/sessions/{id}/execute`` with ``{"code": "1+1"}`` (httpx);
 - ``mcp_http_execute``: ``python_repl`` ``execute`` through the official MCP client's streamable
   HTTP transport against ``/mcp`` of the same server;
-- ``mcp_stdio_execute``: the same call through the official client over stdio (``sbx mcp``):
+- ``mcp_stdio_execute``: the same call through the official client over stdio (``sandhold mcp``):
   the baseline, since it pays no TCP at all;
 - ``healthz``: ``GET /healthz``: the HTTP floor (no tool, no container).
 Target (issue 13): REST and MCP-HTTP within 1 ms of stdio at the p50.
@@ -39,7 +39,7 @@ from anyio.streams.text import TextReceiveStream
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-LABEL = "sbx.bench=http"
+LABEL = "sandhold.bench=http"
 CLI = [sys.executable, "-m", "orchestrator.cli"]
 # Start-up with the image present: imports, an engine ping, the image check, the registry.
 STARTUP_TIMEOUT = 120
@@ -52,9 +52,9 @@ TARGET_OVER_STDIO_MS = 1.0
 def env(data_dir: Path, name: str) -> dict[str, str]:
     return {
         **os.environ,
-        "SBX_DATA_DIR": str(data_dir),
-        "SBX_ORCHESTRATOR_ID": f"bench-http-{name}-{os.getpid()}",
-        "SBX_EXTRA_LABELS": LABEL,
+        "SANDHOLD_DATA_DIR": str(data_dir),
+        "SANDHOLD_ORCHESTRATOR_ID": f"bench-http-{name}-{os.getpid()}",
+        "SANDHOLD_EXTRA_LABELS": LABEL,
     }
 
 
@@ -71,7 +71,7 @@ async def timed(rounds: int, step: Callable[[], Awaitable[object]]) -> list[floa
 
 @contextlib.asynccontextmanager
 async def serving(data_dir: Path) -> AsyncIterator[tuple[str, str]]:
-    """``sbx serve`` on a free loopback port: its URL and the local tenant's key."""
+    """``sandhold serve`` on a free loopback port: its URL and the local tenant's key."""
     process = await anyio.open_process(
         [*CLI, "serve", "--host", "127.0.0.1", "--port", "0"],
         env=env(data_dir, "serve"),
@@ -84,7 +84,7 @@ async def serving(data_dir: Path) -> AsyncIterator[tuple[str, str]]:
         with anyio.fail_after(STARTUP_TIMEOUT):
             async for chunk in TextReceiveStream(process.stdout):
                 text += chunk
-                if len(re.findall(r"^sbx: .*\n", text, re.MULTILINE)) >= 3:
+                if len(re.findall(r"^sandhold: .*\n", text, re.MULTILINE)) >= 3:
                     break
         found = re.search(r"listening on (http://\S+) ", text)
         assert found, text
@@ -161,7 +161,7 @@ async def bench_mcp_stdio(data_dir: Path, rounds: int) -> dict[str, float]:
 
 
 async def main(rounds: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="sbx-bench-http-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sandhold-bench-http-") as tmp:
         data_dir = Path(tmp)
         async with serving(data_dir / "serve") as (url, key):
             figures: dict[str, Any] = await bench_rest(url, key, rounds)

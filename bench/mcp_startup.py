@@ -1,13 +1,13 @@
-"""``sbx mcp`` start-up, as a client that spawns it sees it; prints JSON.
+"""``sandhold mcp`` start-up, as a client that spawns it sees it; prints JSON.
 
     .venv/bin/python bench/mcp_startup.py [--rounds 10]
 
 Each round spawns a fresh process and speaks MCP's JSON-RPC lines to it (the initialize handshake
 most clients send), timing from the spawn to: ``initialize`` answered, ``tools/list`` answered,
 and the first ``execute`` answered (which creates a session); then closes stdin, which ends the
-process and its session. Measured for ``sbx mcp`` (its own orchestrator) and for
-``sbx mcp --connect`` in front of one ``sbx serve`` started for the run (the session is made in
-the server; the front needs no engine). Target (issue 13): initialize answered within 0.5 s.
+process and its session. Measured for ``sandhold mcp`` (its own orchestrator) and for
+``sandhold mcp --connect`` in front of one ``sandhold serve`` started for the run (the session is
+made in the server; the front needs no engine). Target (issue 13): initialize answered within 0.5 s.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import anyio.abc
 from _stats import summary
 from anyio.streams.text import TextReceiveStream
 
-LABELS = "sbx.bench=mcp_startup"
+LABELS = "sandhold.bench=mcp_startup"
 TARGET_INITIALIZE_MS = 500.0
-# Generous bounds for a loaded machine: a round, and sbx serve's start-up and stop.
+# Generous bounds for a loaded machine: a round, and sandhold serve's start-up and stop.
 ROUND_TIMEOUT = 120.0
 SERVE_TIMEOUT = 120.0
-SBX = [sys.executable, "-m", "orchestrator.cli"]
+SANDHOLD = [sys.executable, "-m", "orchestrator.cli"]
 
 
 class Lines:
@@ -121,9 +121,9 @@ async def measure(argv: list[str], env: dict[str, str], rounds: int) -> dict[str
 
 @asynccontextmanager
 async def serving(env: dict[str, str]) -> AsyncIterator[tuple[str, str]]:
-    """``sbx serve`` on a free loopback port for the run: its URL and API key."""
+    """``sandhold serve`` on a free loopback port for the run: its URL and API key."""
     process = await anyio.open_process(
-        [*SBX, "serve", "--host", "127.0.0.1", "--port", "0"],
+        [*SANDHOLD, "serve", "--host", "127.0.0.1", "--port", "0"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -134,12 +134,12 @@ async def serving(env: dict[str, str]) -> AsyncIterator[tuple[str, str]]:
         with anyio.fail_after(SERVE_TIMEOUT):
             async for chunk in TextReceiveStream(process.stdout):
                 text += chunk
-                if len(re.findall(r"^sbx: .*\n", text, re.MULTILINE)) >= 3:
+                if len(re.findall(r"^sandhold: .*\n", text, re.MULTILINE)) >= 3:
                     break
         url = re.search(r"listening on (http://\S+)", text)
         key = re.search(r"shown once.*: (\S+)$", text, re.MULTILINE)
         if url is None or key is None:
-            raise RuntimeError(f"sbx serve did not start: {text!r}")
+            raise RuntimeError(f"sandhold serve did not start: {text!r}")
         yield url.group(1), key.group(1)
     finally:
         if process.returncode is None:
@@ -152,21 +152,21 @@ async def serving(env: dict[str, str]) -> AsyncIterator[tuple[str, str]]:
 
 
 async def main(rounds: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="sbx-bench-mcp-") as data:
+    with tempfile.TemporaryDirectory(prefix="sandhold-bench-mcp-") as data:
         env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("SBX_")},
-            "SBX_DATA_DIR": str(Path(data)),
-            "SBX_EXTRA_LABELS": LABELS,
-            "SBX_ORCHESTRATOR_ID": f"bench-mcp-{secrets.token_hex(4)}",
+            **{k: v for k, v in os.environ.items() if not k.startswith("SANDHOLD_")},
+            "SANDHOLD_DATA_DIR": str(Path(data)),
+            "SANDHOLD_EXTRA_LABELS": LABELS,
+            "SANDHOLD_ORCHESTRATOR_ID": f"bench-mcp-{secrets.token_hex(4)}",
         }
-        if "SBX_IMAGE" in os.environ:
-            env["SBX_IMAGE"] = os.environ["SBX_IMAGE"]
-        local = await measure([*SBX, "mcp"], env, rounds)
-        serve_env = {**env, "SBX_ORCHESTRATOR_ID": f"bench-serve-{secrets.token_hex(4)}"}
+        if "SANDHOLD_IMAGE" in os.environ:
+            env["SANDHOLD_IMAGE"] = os.environ["SANDHOLD_IMAGE"]
+        local = await measure([*SANDHOLD, "mcp"], env, rounds)
+        serve_env = {**env, "SANDHOLD_ORCHESTRATOR_ID": f"bench-serve-{secrets.token_hex(4)}"}
         async with serving(serve_env) as (url, key):
-            front_env = {k: v for k, v in env.items() if k != "SBX_ORCHESTRATOR_ID"}
+            front_env = {k: v for k, v in env.items() if k != "SANDHOLD_ORCHESTRATOR_ID"}
             front = await measure(
-                [*SBX, "mcp", "--connect", url], {**front_env, "SBX_API_KEY": key}, rounds
+                [*SANDHOLD, "mcp", "--connect", url], {**front_env, "SANDHOLD_API_KEY": key}, rounds
             )
     return {
         "mcp": local,

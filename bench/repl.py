@@ -24,7 +24,7 @@ from _stats import summary
 from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.backend.base import ExecSpec
 
-LABELS = {"sbx.bench": "repl"}
+LABELS = {"sandhold.bench": "repl"}
 
 
 async def timed(rounds: int, step: Callable[[], Awaitable[object]]) -> list[float]:

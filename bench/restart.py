@@ -28,7 +28,7 @@ from orchestrator._api import Orchestrator
 from orchestrator._core.config import OrchestratorConfig
 from orchestrator.backend.docker import DockerBackend
 
-LABELS = {"sbx.bench": "restart"}
+LABELS = {"sandhold.bench": "restart"}
 
 
 async def execute_latency(config: OrchestratorConfig, rounds: int) -> dict[str, float]:
@@ -81,7 +81,7 @@ async def remove_leftovers() -> None:
 
 
 async def main(sessions: int, rounds: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="sbx-bench-") as directory:
+    with tempfile.TemporaryDirectory(prefix="sandhold-bench-") as directory:
         run = secrets.token_hex(4)
         memory = OrchestratorConfig(orchestrator_id=f"bench-mem-{run}", extra_labels=LABELS)
         disk = OrchestratorConfig(

@@ -32,7 +32,7 @@ from orchestrator._api import Orchestrator
 from orchestrator._core.config import OrchestratorConfig
 from orchestrator.errors import OrchestratorError
 
-LABELS = {"sbx.bench": "runtimes"}
+LABELS = {"sandhold.bench": "runtimes"}
 RUNTIMES = ("runc", "runsc")
 MIB = 1024 * 1024
 WARMUP_ROUNDS = 50
@@ -112,7 +112,7 @@ def ratios(runc: dict[str, Any], runsc: dict[str, Any]) -> dict[str, float]:
 
 async def main(args: argparse.Namespace) -> None:
     load_average = round(os.getloadavg()[0], 1)
-    with tempfile.TemporaryDirectory(prefix="sbx-bench-") as directory:
+    with tempfile.TemporaryDirectory(prefix="sandhold-bench-") as directory:
         write_policies(Path(directory))
         config = OrchestratorConfig(
             orchestrator_id=f"bench-runtimes-{secrets.token_hex(4)}",

@@ -18,7 +18,7 @@ from _stats import summary
 from orchestrator._api import Orchestrator
 from orchestrator._core.config import OrchestratorConfig
 
-LABELS = {"sbx.bench": "session-ready"}
+LABELS = {"sandhold.bench": "session-ready"}
 POOL_SIZE = 2
 
 

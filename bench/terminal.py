@@ -25,7 +25,7 @@ from _stats import summary
 from orchestrator._api import Orchestrator
 from orchestrator._core.config import OrchestratorConfig
 
-LABELS = {"sbx.bench": "terminal"}
+LABELS = {"sandhold.bench": "terminal"}
 COMMAND = "echo hi"
 WARMUP_ROUNDS = 20
 

@@ -29,7 +29,7 @@ from orchestrator._api import Orchestrator
 from orchestrator._core.config import OrchestratorConfig
 from orchestrator.session.session import Session
 
-LABELS = {"sbx.bench": "throughput"}
+LABELS = {"sandhold.bench": "throughput"}
 CELL = "sum(range(1000))"
 EXPECTED = repr(sum(range(1000)))
 WARMUP_ROUNDS = 20

@@ -1,7 +1,7 @@
-"""sbx: a container-isolated sandbox orchestrator.
+"""sandhold: a container-isolated sandbox orchestrator.
 
-    async with Orchestrator() as sbx:
-        result = await sbx.call("python_repl", {"operation": "execute", "code": "1 + 1"})
+    async with Orchestrator() as sandhold:
+        result = await sandhold.call("python_repl", {"operation": "execute", "code": "1 + 1"})
 
 ``SyncOrchestrator`` offers the same without an event loop. The four tools and their operations
 are in ``TOOLS``; every error carries a stable ``code`` (its ``error_type``).
@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # Each public name and the module it comes from. Imported on first use (PEP 562), so a command
-# that needs little (``sbx mcp`` answering ``initialize``) does not pay for the whole package.
+# that needs little (``sandhold mcp`` answering ``initialize``) does not pay for the whole package.
 _EXPORTS = {
     "TOOLS": "orchestrator.tools",
     "BackendUnavailableError": "orchestrator.errors",

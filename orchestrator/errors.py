@@ -1,5 +1,5 @@
-"""The error tree of sbx. Every error carries a stable ``code``, the ``error_type`` every interface
-reports; messages are for people and may change, codes may not.
+"""The error tree of sandhold. Every error carries a stable ``code``, the ``error_type`` every
+interface reports; messages are for people and may change, codes may not.
 
     OrchestratorError                      internal
     ├── InvalidArgumentError               invalid_argument
@@ -17,7 +17,8 @@ reports; messages are for people and may change, codes may not.
     ├── ImageError                         internal
     │   └── ImageToolMissingError          invalid_argument
     └── BackendError                       internal
-        └── BackendUnavailableError        backend_unavailable
+        ├── BackendUnavailableError        backend_unavailable
+        └── ContainerNotFoundError         internal
 
 Errors raised by *user code* inside a sandbox are data in a result, never one of these.
 """
@@ -31,6 +32,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailableError",
     "BusyError",
+    "ContainerNotFoundError",
     "ExecutionError",
     "ExecutionTimeoutError",
     "ImageError",
@@ -61,7 +63,7 @@ ERROR_TYPES: Final = (
 
 
 class OrchestratorError(Exception):
-    """Root of every error sbx raises on purpose."""
+    """Root of every error sandhold raises on purpose."""
 
     code: ClassVar[str] = "internal"
 
@@ -192,3 +194,8 @@ class BackendUnavailableError(BackendError):
     """The container engine cannot be reached, or lacks something the policy requires."""
 
     code = "backend_unavailable"
+
+
+class ContainerNotFoundError(BackendError):
+    """The engine has no such container or exec (or image), or the container no longer runs;
+    callers turn it into ``session_not_found`` for the session whose container it was."""

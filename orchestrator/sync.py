@@ -1,8 +1,8 @@
 """A blocking facade over the async ``Orchestrator`` for code without an event loop: one
 implementation, driven through anyio's blocking portal (an event loop in a thread of its own).
 
-    with SyncOrchestrator() as sbx:
-        result = sbx.execute("1 + 1")
+    with SyncOrchestrator() as sandhold:
+        result = sandhold.execute("1 + 1")
 """
 
 from __future__ import annotations

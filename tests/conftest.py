@@ -1,7 +1,7 @@
 """Shared fixtures. Tests that need Docker use the fixtures below; when no engine answers they
 fail under CI (a skipped sandbox test proves nothing) and skip, with the reason, elsewhere.
 
-Every container a test run creates carries ``sbx.test-run=<RUN_ID>``; the run ends by checking
+Every container a test run creates carries ``sandhold.test-run=<RUN_ID>``; the run ends by checking
 that none is left, and fails if one is.
 """
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 RUN_ID = secrets.token_hex(6)
 TEST_ORCHESTRATOR_ID = f"test-{RUN_ID}"
-TEST_RUN_LABEL = "sbx.test-run"
+TEST_RUN_LABEL = "sandhold.test-run"
 IN_CI = bool(os.environ.get("CI"))
 
 

@@ -1,5 +1,5 @@
 """A stand-in for a current Docker engine (29 and later) in front of the real one, so the tests
-prove sbx works with an engine that refuses old API versions without needing that engine.
+prove sandhold works with an engine that refuses old API versions without needing that engine.
 
 It speaks HTTP/1.1 to each client, request by request, as Docker 29 does:
 - ``/_ping`` and ``/version`` (with or without a version prefix) are answered here, with
@@ -10,9 +10,9 @@ It speaks HTTP/1.1 to each client, request by request, as Docker 29 does:
   engine speaks; once a request upgrades the connection (an attached exec) bytes flow both ways
   untouched.
 
-Requests are never pipelined by the docker SDK or sbx (HTTP/1.1 clients wait for each response),
-so an answer made here never overtakes one the engine is still sending. Every request line seen
-is kept in ``requests`` so a test can assert what reached the engine.
+Requests are never pipelined by the docker SDK or sandhold (HTTP/1.1 clients wait for each
+response), so an answer made here never overtakes one the engine is still sending. Every request
+line seen is kept in ``requests`` so a test can assert what reached the engine.
 
 It listens on a unix socket (``docker_host``) and on a loopback TCP port (``tcp_host``).
 """
@@ -198,7 +198,7 @@ class CurrentEngine:
     ``engine.docker_host`` (unix) or ``engine.tcp_host``."""
 
     def __init__(self, *, upstream: str = DEFAULT_UPSTREAM) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="sbx-engine29-"))
+        self._dir = Path(tempfile.mkdtemp(prefix="sandhold-engine29-"))
         self.path = self._dir / "docker.sock"
         self.upstream = upstream
         self.requests: list[str] = []

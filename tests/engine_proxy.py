@@ -96,7 +96,7 @@ class EngineProxy:
     def __init__(self, *, upstream: str = DEFAULT_UPSTREAM) -> None:
         # A short private directory: a socket path must fit ``sun_path`` (108 bytes), which a
         # pytest tmp_path named after a long test does not.
-        self._dir = Path(tempfile.mkdtemp(prefix="sbx-engine-"))
+        self._dir = Path(tempfile.mkdtemp(prefix="sandhold-engine-"))
         self.path = self._dir / "docker.sock"
         self.upstream = upstream
         self._links: list[_Link] = []

@@ -15,8 +15,7 @@ from collections.abc import Callable
 
 import anyio.abc
 
-from orchestrator.backend.base import ContainerSummary, ExecSpec
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import Backend, ContainerSummary, ExecSpec
 from orchestrator.errors import BackendError
 from orchestrator.policy.model import Policy
 from orchestrator.registry.store import Registry, SessionRecord
@@ -24,13 +23,13 @@ from orchestrator.session.session import Session
 
 log = logging.getLogger(__name__)
 
-SWEEP_ARGV = ("python3", "-I", "/opt/sbx/worker/sweep.py")
+SWEEP_ARGV = ("python3", "-I", "/opt/sandhold/worker/sweep.py")
 SWEEP_TIMEOUT = 15.0
 TERMINAL = "terminal"
 
 
 async def adopt_session(
-    backend: DockerBackend,
+    backend: Backend,
     store: Registry,
     record: SessionRecord,
     container: ContainerSummary,
@@ -72,7 +71,7 @@ async def adopt_session(
     return session, items
 
 
-async def sweep(backend: DockerBackend, container_id: str, worker_pid: int) -> int:
+async def sweep(backend: Backend, container_id: str, worker_pid: int) -> int:
     """Kill what no one can reach any more; returns how many processes that was."""
     result = await backend.run(
         container_id,

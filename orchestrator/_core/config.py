@@ -47,23 +47,23 @@ class OrchestratorConfig:
 
     @classmethod
     def from_env(cls, **settings: Any) -> OrchestratorConfig:
-        """Settings from the environment, for the CLI: ``SBX_IMAGE`` (use this image, do not
-        build), ``SBX_POLICY`` (default policy), ``SBX_ORCHESTRATOR_ID`` (the id on every
-        container's labels), ``SBX_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container),
-        ``SBX_AUDIT_DIR`` (keep an audit log there), ``SBX_REGISTRY`` (the registry's file).
-        Explicit ``settings`` win."""
+        """Settings from the environment, for the CLI: ``SANDHOLD_IMAGE`` (use this image, do not
+        build), ``SANDHOLD_POLICY`` (default policy), ``SANDHOLD_ORCHESTRATOR_ID`` (the id on every
+        container's labels), ``SANDHOLD_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container),
+        ``SANDHOLD_AUDIT_DIR`` (keep an audit log there), ``SANDHOLD_REGISTRY`` (the registry's
+        file). Explicit ``settings`` win."""
         env: dict[str, Any] = {}
-        if image := os.environ.get("SBX_IMAGE"):
+        if image := os.environ.get("SANDHOLD_IMAGE"):
             env["image"] = image
-        if policy := os.environ.get("SBX_POLICY"):
+        if policy := os.environ.get("SANDHOLD_POLICY"):
             env["default_policy"] = policy
-        if orchestrator_id := os.environ.get("SBX_ORCHESTRATOR_ID"):
+        if orchestrator_id := os.environ.get("SANDHOLD_ORCHESTRATOR_ID"):
             env["orchestrator_id"] = orchestrator_id
-        if labels := os.environ.get("SBX_EXTRA_LABELS"):
+        if labels := os.environ.get("SANDHOLD_EXTRA_LABELS"):
             env["extra_labels"] = _labels(labels)
-        if audit_dir := os.environ.get("SBX_AUDIT_DIR"):
+        if audit_dir := os.environ.get("SANDHOLD_AUDIT_DIR"):
             env["audit_dir"] = Path(audit_dir)
-        if registry := os.environ.get("SBX_REGISTRY"):
+        if registry := os.environ.get("SANDHOLD_REGISTRY"):
             env["registry_path"] = Path(registry)
         return cls(**(env | settings))
 
@@ -82,6 +82,6 @@ def _labels(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise InvalidArgumentError(f"SBX_EXTRA_LABELS: expected key=value, got {item!r}")
+            raise InvalidArgumentError(f"SANDHOLD_EXTRA_LABELS: expected key=value, got {item!r}")
         labels[key.strip()] = value.strip()
     return labels

@@ -36,8 +36,7 @@ from orchestrator._core.repl_operations import PythonReplOperations
 from orchestrator._core.session_table import SessionTable
 from orchestrator._core.tenants import TenantConfig
 from orchestrator.audit._log import AuditLog
-from orchestrator.backend.base import ContainerSpec
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import Backend, ContainerSpec
 from orchestrator.errors import (
     BackendError,
     BusyError,
@@ -67,10 +66,10 @@ SHUTDOWN_TIMEOUT = 60.0
 
 class SessionManager(PythonReplOperations):
     def __init__(
-        self, config: OrchestratorConfig | None = None, *, backend: DockerBackend | None = None
+        self, config: OrchestratorConfig | None = None, *, backend: Backend | None = None
     ) -> None:
         self.config = config or OrchestratorConfig()
-        self.backend = backend or DockerBackend()
+        self.backend = backend or _docker_backend()
         self._image = self.config.image
         self._registry = Registry(self.config.registry_path)
         self._table = SessionTable(self._registry)
@@ -117,18 +116,16 @@ class SessionManager(PythonReplOperations):
         re-adopt the sessions the registry knows, reap the containers it does not.
 
         Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
-        await self.backend.client.ping()
+        await self.backend.ping()
         self.policy(self.config.default_policy)
         abandoned = self._open_registry()
         self.orchestrator_id = self._registry.orchestrator_id(
-            self.config.orchestrator_id, f"sbx-{secrets.token_hex(6)}"
+            self.config.orchestrator_id, f"sandhold-{secrets.token_hex(6)}"
         )
         if self.config.audit_dir is not None:
             self._audit = await AuditLog.open(self.config.audit_dir, self.config.audit)
         if self._image is None:
-            from orchestrator.images import ensure_worker_image
-
-            self._image = (await ensure_worker_image(self.backend.client)).tag
+            self._image = await _worker_image(self.backend)
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
         self.last_reconcile = await self.reconcile(adopt=True)
         for dead in abandoned:
@@ -569,3 +566,25 @@ class SessionManager(PythonReplOperations):
             return False
         listed = await session.processes.list()
         return bool(listed.listening) or any(p.state == "running" for p in listed.processes)
+
+
+def _docker_backend() -> Backend:
+    """The default backend. Imported here: the Docker SDK is slow to import, and a manager
+    given another backend never needs it."""
+    from orchestrator.backend.docker import DockerBackend
+
+    return DockerBackend()
+
+
+async def _worker_image(backend: Backend) -> str:
+    """The worker image when the configuration names none: built (or found current) on a Docker
+    engine, which is the only backend that builds one; any other needs ``config.image``."""
+    from orchestrator.backend.docker import DockerBackend
+
+    if not isinstance(backend, DockerBackend):
+        raise InvalidArgumentError(
+            f"a {type(backend).__name__} builds no worker image: set OrchestratorConfig.image"
+        )
+    from orchestrator.images import ensure_worker_image
+
+    return (await ensure_worker_image(backend.client)).tag

@@ -28,7 +28,9 @@ SHARE_ACTIONS = frozenset({"read", "wait", "write", "interrupt", "kill"})
 MAX_SEALED = 100_000
 _TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
-_current_task: contextvars.ContextVar[str | None] = contextvars.ContextVar("sbx_task", default=None)
+_current_task: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "sandhold_task", default=None
+)
 
 
 def check_task(task: Any, name: str = "task") -> str | None:

@@ -18,9 +18,9 @@ import anyio.abc
 
 from orchestrator._core.adoption import adopt_session
 from orchestrator._core.session_table import SessionTable
-from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, ContainerSummary
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, Backend, ContainerSummary
 from orchestrator.errors import OrchestratorError
+from orchestrator.registry.claim import remove_legacy_containers
 from orchestrator.registry.reconcile import ReconcileReport, plan
 from orchestrator.registry.store import SessionRecord
 from orchestrator.session.session import Session
@@ -34,7 +34,7 @@ ADOPT_TIMEOUT = 30.0
 class Reconciler:
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: Backend,
         table: SessionTable,
         *,
         in_flight: Callable[[], set[str]],
@@ -88,6 +88,7 @@ class Reconciler:
             async with anyio.create_task_group() as tg:
                 for record, container in decided.adopt:
                     tg.start_soon(self._adopt, record, container, task_group, report)
+            report.reaped += await remove_legacy_containers(self._backend, orchestrator_id)
         return report
 
     async def _adopt(

@@ -2,9 +2,9 @@
 
 Keys are never stored by the server in the clear: a tenants file lists the sha256 of each key (a
 key is 256 random bits, so a fast hash is enough), and a presented key is hashed and compared in
-constant time against every stored hash. Without a tenants file, ``sbx serve`` uses one ``local``
-tenant whose key is made once and kept, readable by its owner only, in the data directory, so
-the person who started the server can read it again.
+constant time against every stored hash. Without a tenants file, ``sandhold serve`` uses one
+``local`` tenant whose key is made once and kept, readable by its owner only, in the data directory,
+so the person who started the server can read it again.
 
 A tenants file::
 
@@ -43,7 +43,7 @@ KeyHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 LOCAL_TENANT = "local"
 LOCAL_KEY_FILE = "api-key"
-KEY_PREFIX = "sbx_"
+KEY_PREFIX = "sandhold_"
 # 32 random bytes: a key cannot be guessed, so an unsalted sha256 of it cannot be reversed.
 KEY_BYTES = 32
 # A key shorter than this is not one we made; refuse it rather than trust a weak secret.
@@ -157,13 +157,33 @@ def load_tenants_file(path: Path) -> TenantsFile:
 
 
 def data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$SBX_DATA_DIR``, else ``$XDG_DATA_HOME/sbx``, else ``~/.local/share/sbx``."""
+    """``$SANDHOLD_DATA_DIR``, else ``$XDG_DATA_HOME/sandhold``, else
+    ``~/.local/share/sandhold``."""
     env = os.environ if environ is None else environ
-    if env.get("SBX_DATA_DIR"):
-        return Path(env["SBX_DATA_DIR"])
+    if env.get("SANDHOLD_DATA_DIR"):
+        return Path(env["SANDHOLD_DATA_DIR"])
     if env.get("XDG_DATA_HOME"):
-        return Path(env["XDG_DATA_HOME"]) / "sbx"
-    return Path.home() / ".local" / "share" / "sbx"
+        return Path(env["XDG_DATA_HOME"]) / "sandhold"
+    return Path.home() / ".local" / "share" / "sandhold"
+
+
+# The data directory's name before the project was renamed; moved once, so an upgrade keeps the
+# registry (and with it the orchestrator id its containers carry), the local key and the tenants.
+LEGACY_DATA_DIR_NAME = "s" + "bx"
+
+
+def migrate_legacy_data_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Move ``<data home>/sandhold`` to the current data directory when only the old one exists;
+    returns where it now is, or None when there was nothing to move (or a directory is set)."""
+    env = os.environ if environ is None else environ
+    if env.get("SANDHOLD_DATA_DIR"):
+        return None
+    current = data_dir(env)
+    legacy = current.parent / LEGACY_DATA_DIR_NAME
+    if current.exists() or not legacy.is_dir():
+        return None
+    os.rename(legacy, current)
+    return current
 
 
 def local_key(directory: Path) -> tuple[str, bool]:

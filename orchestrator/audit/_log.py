@@ -2,7 +2,7 @@
 
 ``AuditLog`` (opened with ``AuditLog.open`` or ``open_audit_log``) records one line per tool
 call, with its ``outcome``: ``ok``, ``failed`` (the call answered with ``success: false``) or
-``cancelled`` (its caller went away before the answer); ``verify`` (and ``sbx audit verify``)
+``cancelled`` (its caller went away before the answer); ``verify`` (and ``sandhold audit verify``)
 checks a log. This module is the public face of the audit subsystem and re-exports its names;
 the parts live beside it:
 

@@ -53,7 +53,7 @@ class AuditConfig:
     # Store each call's arguments in clear beside their hash: code, file contents, secrets.
     record_arguments: bool = False
     # 1: every record is on disk when ``record`` returns; N: every N records and at close (a
-    # crash of the host, not of sbx, may lose up to N-1); 0: whenever the OS writes it back.
+    # crash of the host, not of sandhold, may lose up to N-1); 0: whenever the OS writes it back.
     fsync_every: int = 1
     max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES
 
@@ -151,7 +151,7 @@ class SegmentWriter:
         except ValueError as exc:
             raise AuditLogError(
                 f"{path}: the last record is not valid ({exc})",
-                hint=f"run `sbx audit verify {self.directory}`",
+                hint=f"run `sandhold audit verify {self.directory}`",
             ) from None
         self.tip = (record["seq"], record["hash"])
         self.has_calls = record.get("kind") != "segment"

@@ -1,5 +1,14 @@
-"""What a container backend offers the layers above it. Everything here is engine-neutral: the
-Docker implementation lives in ``backend/docker``; a fake for pure-logic tests may follow."""
+"""What a container backend offers the layers above it. Everything here is engine-neutral: every
+caller above ``backend/`` types against ``Backend`` and ``ExecStream``; the Docker implementation
+lives in ``backend/docker``, an in-memory one for pure-logic unit tests in ``backend/fake``, and
+``tests/docker/test_backend_conformance.py`` states the contract both keep.
+
+The contract, besides the signatures: a container of ours carries the spec's labels and is found
+by them; a container the engine no longer has, or that no longer runs, is
+``ContainerNotFoundError`` wherever it is named (state, pause, exec); ``remove_container`` is
+idempotent; an exec's stream ends (``receive`` gives None) when its process ends or its container
+goes; errors are the orchestrator's own (``BackendError`` and below), never the engine's.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import anyio
+
+from orchestrator.errors import InvalidArgumentError
 from orchestrator.policy.model import Policy
 
 __all__ = [
@@ -15,16 +27,20 @@ __all__ = [
     "LABEL_POLICY_NAME",
     "LABEL_SESSION",
     "LABEL_TENANT",
+    "LEGACY_LABEL_ORCHESTRATOR",
     "SANDBOX_UID",
     "STDERR",
     "STDOUT",
     "WORKSPACE",
+    "Backend",
     "ContainerSpec",
     "ContainerState",
     "ContainerSummary",
     "ExecResult",
     "ExecSpec",
     "ExecStream",
+    "check_exec_spec",
+    "run_to_completion",
 ]
 
 SANDBOX_UID = 10001
@@ -32,11 +48,14 @@ WORKSPACE = "/workspace"
 HOME = "/home/sandbox"
 
 # Labels every container carries, so a sweep finds what belongs to whom.
-LABEL_SESSION = "sbx.session"
-LABEL_TENANT = "sbx.tenant"
-LABEL_ORCHESTRATOR = "sbx.orchestrator"
-LABEL_POLICY_HASH = "sbx.policy-hash"
-LABEL_POLICY_NAME = "sbx.policy"
+LABEL_SESSION = "sandhold.session"
+LABEL_TENANT = "sandhold.tenant"
+LABEL_ORCHESTRATOR = "sandhold.orchestrator"
+LABEL_POLICY_HASH = "sandhold.policy-hash"
+LABEL_POLICY_NAME = "sandhold.policy"
+# The orchestrator label of the project's earlier name: a start still finds the containers of
+# its id made before the rename and reaps them, so an upgrade leaks nothing.
+LEGACY_LABEL_ORCHESTRATOR = "s" + "bx.orchestrator"
 
 STDOUT = 1
 STDERR = 2
@@ -116,24 +135,119 @@ class ExecStream(Protocol):
 
 
 class Backend(Protocol):
-    async def create_container(self, spec: ContainerSpec) -> str: ...
+    """A container engine, as the session manager and a session's parts use it. Container ids and
+    exec ids are the engine's; labels are plain strings (``key`` or ``key=value`` filters)."""
 
-    async def remove_container(self, container_id: str) -> None: ...
+    # -- the engine ------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Return if the engine answers; ``BackendUnavailableError`` if it does not."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the connection to the engine (containers are left as they are)."""
+        ...
+
+    # -- containers ------------------------------------------------------------------------
+
+    async def create_container(self, spec: ContainerSpec) -> str:
+        """Create and start a session container; on any failure nothing is left behind."""
+        ...
+
+    async def remove_container(self, container_id: str) -> None:
+        """Force-remove the container and its execs; one already gone is not an error."""
+        ...
 
     async def container_state(self, container_id: str) -> ContainerState: ...
 
-    async def open_exec(self, container_id: str, spec: ExecSpec) -> ExecStream: ...
+    async def list_containers(self, labels: Mapping[str, str]) -> list[str]:
+        """The ids of every container (running or not) carrying all of these labels."""
+        ...
 
-    async def exec_exit_code(self, exec_id: str) -> int | None: ...
+    async def describe_containers(self, labels: Sequence[str]) -> list[ContainerSummary]:
+        """Every container carrying all of these label filters (``key`` or ``key=value``)."""
+        ...
+
+    async def pause(self, container_id: str) -> None:
+        """Freeze every process of the container; ``BackendError`` if it is paused already."""
+        ...
+
+    async def unpause(self, container_id: str) -> None:
+        """Thaw a paused container; ``BackendError`` if it is not paused."""
+        ...
+
+    async def stats(self, container_id: str) -> dict[str, float]:
+        """``memory_bytes``, ``memory_limit_bytes`` and ``pids`` of a running container."""
+        ...
+
+    async def oom_kills(self, container_id: str, *, since: float, until: float) -> int:
+        """How many OOM kills the engine saw in the container between two wall-clock times."""
+        ...
+
+    # -- execs -----------------------------------------------------------------------------
+
+    async def open_exec(self, container_id: str, spec: ExecSpec) -> ExecStream:
+        """Start ``spec`` in the container as the sandbox user, attached; a malformed spec is
+        ``InvalidArgumentError`` before the engine is asked (``check_exec_spec``)."""
+        ...
+
+    async def exec_exit_code(self, exec_id: str) -> int | None:
+        """The exit code once the exec has ended, None while it runs."""
+        ...
+
+    async def wait_exec_exit(self, exec_id: str, *, timeout: float) -> int | None:
+        """The exit code of an exec whose stream has ended; None if it still runs at the
+        timeout (the stream can end a moment before the engine records the code)."""
+        ...
+
+    async def exec_resize(self, exec_id: str, *, rows: int, cols: int) -> None:
+        """Set the window size of a TTY exec."""
+        ...
 
     async def run(
         self, container_id: str, spec: ExecSpec, *, timeout: float, max_output_bytes: int
-    ) -> ExecResult: ...
+    ) -> ExecResult:
+        """Run to completion with stdin closed (``run_to_completion``)."""
+        ...
 
-    async def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None: ...
 
-    async def get_archive(self, container_id: str, path: str, *, max_bytes: int) -> bytes: ...
+def check_exec_spec(spec: ExecSpec) -> None:
+    """Refuse an exec no engine should be asked for: an empty argv, NUL bytes, a relative
+    working directory."""
+    if not spec.argv or not all(isinstance(arg, str) and arg for arg in spec.argv[:1]):
+        raise InvalidArgumentError("an exec needs a non-empty argv")
+    if any("\0" in arg for arg in spec.argv):
+        raise InvalidArgumentError("exec arguments must not contain NUL bytes")
+    if not spec.workdir.startswith("/"):
+        raise InvalidArgumentError("exec working directory must be absolute")
 
-    async def stats(self, container_id: str) -> dict[str, float]: ...
 
-    async def aclose(self) -> None: ...
+# The stream has ended when this is asked, so the engine has the code or is about to.
+RUN_EXIT_TIMEOUT = 5.0
+
+
+async def run_to_completion(
+    backend: Backend, container_id: str, spec: ExecSpec, *, timeout: float, max_output_bytes: int
+) -> ExecResult:
+    """``Backend.run`` in terms of the other methods: stdin closed, output beyond the cap per
+    stream counted as truncation rather than kept, the exit code None on a timeout."""
+    stream = await backend.open_exec(container_id, spec)
+    out, err = bytearray(), bytearray()
+    truncated = timed_out = False
+    try:
+        await stream.send_eof()
+        with anyio.move_on_after(timeout) as scope:
+            while (chunk := await stream.receive()) is not None:
+                target = err if chunk[0] == STDERR else out
+                room = max_output_bytes - len(target)
+                truncated |= len(chunk[1]) > room
+                target += chunk[1][: max(room, 0)]
+        timed_out = scope.cancelled_caught
+    finally:
+        await stream.aclose()
+    exit_code = (
+        None
+        if timed_out
+        else await backend.wait_exec_exit(stream.exec_id, timeout=RUN_EXIT_TIMEOUT)
+    )
+    return ExecResult(exit_code, bytes(out), bytes(err), truncated, timed_out)

@@ -1,5 +1,5 @@
-"""``sbx``: the command line. Presentation only: every command calls the library and shows what
-it returns; an sbx error becomes one line ``error: <code>: <message>`` and exit status 2."""
+"""``sandhold``: the command line. Presentation only: every command calls the library and shows what
+it returns; an sandhold error becomes one line ``error: <code>: <message>`` and exit status 2."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import typer
 
 __all__ = ["main"]
 
-# Each command and group: (name, module, attribute), in the order ``sbx --help`` lists them. A
-# command's module is imported only when the command runs or all are listed, so ``sbx mcp``
+# Each command and group: (name, module, attribute), in the order ``sandhold --help`` lists them. A
+# command's module is imported only when the command runs or all are listed, so ``sandhold mcp``
 # starts without the HTTP server, the image builder or the policy tools.
 GROUPS = (
     ("audit", "orchestrator.cli.audit", "audit_app"),
@@ -29,7 +29,7 @@ COMMANDS = (
 )
 
 app = typer.Typer(
-    name="sbx",
+    name="sandhold",
     help="Container-isolated Python sandboxes.",
     no_args_is_help=True,
     add_completion=False,
@@ -41,9 +41,9 @@ def _print_version(value: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            typer.echo(f"sbx {version('sbx')}")
+            typer.echo(f"sandhold {version('sandhold')}")
         except PackageNotFoundError:
-            typer.echo("sbx (not installed as a package)")
+            typer.echo("sandhold (not installed as a package)")
         raise typer.Exit()
 
 
@@ -69,8 +69,21 @@ def register(only: str | None = None) -> typer.Typer:
     return app
 
 
+def _migrate_data_dir() -> None:
+    from orchestrator._core.tenants import migrate_legacy_data_dir
+
+    try:
+        moved = migrate_legacy_data_dir()
+    except OSError as exc:
+        typer.echo(f"sandhold: could not move the old data directory: {exc}", err=True)
+        return
+    if moved is not None:
+        typer.echo(f"sandhold: moved the data directory of the old name to {moved}", err=True)
+
+
 def main() -> None:
     """Console script entry point."""
+    _migrate_data_dir()
     try:
         register(sys.argv[1] if len(sys.argv) > 1 else None)()
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""``python -m orchestrator.cli``: the same as the ``sbx`` console script."""
+"""``python -m orchestrator.cli``: the same as the ``sandhold`` console script."""
 
 from orchestrator.cli import main
 

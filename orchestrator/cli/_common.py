@@ -1,4 +1,4 @@
-"""Shared pieces of the ``sbx`` commands: one-line errors with their stable code and exit
+"""Shared pieces of the ``sandhold`` commands: one-line errors with their stable code and exit
 status 2, the consoles, and cancelling work on SIGTERM or SIGHUP."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from orchestrator.errors import OrchestratorError
 
 T = TypeVar("T")
 
-# Exit status for an error sbx reports (typer uses 2 for usage errors too: both mean "not done").
+# Exit status for an error sandhold reports (typer uses 2 for usage errors too: both mean "not
+# done").
 EXIT_ERROR = 2
 
 stdout = Console(highlight=False, soft_wrap=True)
@@ -25,7 +26,7 @@ stderr = Console(stderr=True, highlight=False)
 
 @contextlib.contextmanager
 def reported_errors() -> Iterator[None]:
-    """Show an sbx error as one line with its stable code, and exit with ``EXIT_ERROR``."""
+    """Show an sandhold error as one line with its stable code, and exit with ``EXIT_ERROR``."""
     try:
         yield
     except OrchestratorError as err:

@@ -1,4 +1,4 @@
-"""``sbx audit verify``: check that an audit log is whole and unedited."""
+"""``sandhold audit verify``: check that an audit log is whole and unedited."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["audit_app", "audit_verify"]
 
 audit_app = typer.Typer(help="Check the audit log.", no_args_is_help=True)
 
-# Exit status when the log has a problem (2 stays "sbx could not do it", as everywhere).
+# Exit status when the log has a problem (2 stays "sandhold could not do it", as everywhere).
 EXIT_PROBLEMS = 1
 
 

@@ -1,4 +1,5 @@
-"""``sbx call``: one tool call against a running ``sbx serve``, its structured result printed.
+"""``sandhold call``: one tool call against a running ``sandhold serve``, its structured result
+printed.
 
 Exit status: 0 when the tool succeeded; 1 when it answered a failure of the work (the user's
 exception, a timeout, a blocked import: HTTP 200 with ``success: false``); 2 when the request
@@ -6,7 +7,7 @@ itself failed (a wrong argument, an unknown session, a policy refusal, a bad key
 every non-200 answer and every transport error), shown as ``error: <code>: <message>``.
 
 The client is the standard library's ``urllib``: blocking, which suits a one-shot command; an
-async caller (``sbx shell --server``) runs it in a worker thread.
+async caller (``sandhold shell --server``) runs it in a worker thread.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Answer:
 
 
 class ServerClient:
-    """Tool calls over the HTTP API of ``sbx serve``: one ``POST /v1/{tool}`` each, blocking."""
+    """Tool calls over the HTTP API of ``sandhold serve``: one blocking ``POST /v1/{tool}``
+    each."""
 
     def __init__(self, url: str, key: str) -> None:
         self.url = url.rstrip("/")
@@ -77,7 +79,9 @@ class ServerClient:
                 return Answer(exc.code, _result(exc.read(MAX_ANSWER_BYTES + 1), exc.code))
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise BackendUnavailableError(f"cannot reach sbx at {self.url}: {reason}") from None
+            raise BackendUnavailableError(
+                f"cannot reach sandhold at {self.url}: {reason}"
+            ) from None
 
     def _endpoint(self, tool: str) -> str:
         if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
@@ -93,18 +97,19 @@ def _result(body: bytes, status: int = 200) -> dict[str, Any]:
     except ValueError:
         result = None
     if not isinstance(result, dict) or "success" not in result:
-        raise OrchestratorError(f"the server answered HTTP {status} without an sbx result")
+        raise OrchestratorError(f"the server answered HTTP {status} without an sandhold result")
     return result
 
 
 def resolve_key(key: str | None) -> str:
-    """``--key`` or ``SBX_API_KEY``, else the key ``sbx serve`` keeps for its local tenant."""
+    """``--key`` or ``SANDHOLD_API_KEY``, else the key ``sandhold serve`` keeps for its local
+    tenant."""
     if key:
         return key
     directory = data_dir()
     if not (directory / LOCAL_KEY_FILE).exists():  # never make a key a server does not know
         raise InvalidArgumentError(
-            f"no API key: give --key or SBX_API_KEY (no local key in {directory})"
+            f"no API key: give --key or SANDHOLD_API_KEY (no local key in {directory})"
         )
     return local_key(directory)[0]
 
@@ -116,19 +121,19 @@ def call(
         typer.Argument(help="The tool's arguments as a JSON object, or - to read it from stdin."),
     ] = "{}",
     server: Annotated[
-        str, typer.Option(envvar="SBX_SERVER", help="URL of a running `sbx serve`.")
+        str, typer.Option(envvar="SANDHOLD_SERVER", help="URL of a running `sandhold serve`.")
     ] = DEFAULT_SERVER,
     key: Annotated[
         str | None,
         typer.Option(
-            envvar="SBX_API_KEY",
+            envvar="SANDHOLD_API_KEY",
             help="API key (default: the local tenant's, from the data directory).",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Make one tool call against a running `sbx serve` and print its result, e.g.
-    sbx call python_repl '{"operation": "execute", "code": "6 * 7"}'"""
+    """Make one tool call against a running `sandhold serve` and print its result, e.g.
+    sandhold call python_repl '{"operation": "execute", "code": "6 * 7"}'"""
     with reported_errors():
         parsed = parse_arguments(sys.stdin.read() if arguments == "-" else arguments)
         client = ServerClient(server, resolve_key(key))

@@ -1,4 +1,4 @@
-"""``sbx image build``: the sandbox images, with a progress display."""
+"""``sandhold image build``: the sandbox images, with a progress display."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def image_build(
         str | None,
         typer.Option(
             help="Base image to build on: used if local, else pulled, else the Debian base "
-            "is built instead (default: env SBX_BASE_IMAGE, then BASE_IMAGE)."
+            "is built instead (default: env SANDHOLD_BASE_IMAGE, then BASE_IMAGE)."
         ),
     ] = None,
     suite: Annotated[

@@ -1,17 +1,19 @@
-"""``sbx mcp``: the sandbox tools over MCP on stdin/stdout, for an agent that spawns sbx.
+"""``sandhold mcp``: the sandbox tools over MCP on stdin/stdout, for an agent that spawns sandhold.
 
 Nothing but MCP frames goes to stdout; logs and image build progress go to stderr. EOF on stdin,
 Ctrl-C, SIGTERM and SIGHUP all end serving the same way: every session this server created is torn
 down (shielded and bounded by the orchestrator's shutdown timeout) before the process exits, and
 further signals during that teardown are absorbed rather than cutting it short.
 
-Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
-``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ...); ``--policy`` wins over ``SBX_POLICY``.
+Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SANDHOLD_IMAGE``,
+``SANDHOLD_ORCHESTRATOR_ID``, ``SANDHOLD_EXTRA_LABELS``, ...); ``--policy`` wins over
+``SANDHOLD_POLICY``.
 
-``--connect URL`` (or ``SBX_CONNECT``) serves no sessions of its own: it forwards every call to
-the ``sbx serve`` at URL (``orchestrator.mcp_forward``) with ``--key`` / ``SBX_API_KEY`` (default:
-the local tenant's key in the data directory) and ``--task`` / ``SBX_TASK``, so sessions outlive
-this process. It needs no engine and no image; EOF and the stop signals end it at once.
+``--connect URL`` (or ``SANDHOLD_CONNECT``) serves no sessions of its own: it forwards every call to
+the ``sandhold serve`` at URL (``orchestrator.mcp_forward``) with ``--key`` / ``SANDHOLD_API_KEY``
+(default: the local tenant's key in the data directory) and ``--task`` / ``SANDHOLD_TASK``, so
+sessions outlive this process. It needs no engine and no image; EOF and the stop signals end it at
+once.
 
 The first frame is read before anything slow is imported, and an ``initialize`` is answered at
 once (``orchestrator.mcp_server.handshake``); the imports that serving needs are made inside the
@@ -37,7 +39,7 @@ from orchestrator.mcp_server.handshake import EarlyAnswer, answer_initialize_ear
 if TYPE_CHECKING:
     from orchestrator._api import Orchestrator
     from orchestrator._core.config import OrchestratorConfig
-    from orchestrator.mcp_server.forward import RemoteSbx
+    from orchestrator.mcp_server.forward import RemoteSandhold
     from orchestrator.tools import ToolResult
 
 __all__ = ["mcp"]
@@ -60,21 +62,23 @@ def mcp(
     connect: Annotated[
         str | None,
         typer.Option(
-            envvar="SBX_CONNECT",
-            help="Forward every call to the `sbx serve` at this URL (sessions outlive this "
+            envvar="SANDHOLD_CONNECT",
+            help="Forward every call to the `sandhold serve` at this URL (sessions outlive this "
             "process); the set-up for clients that start a server per call.",
         ),
     ] = None,
     key: Annotated[
         str | None,
         typer.Option(
-            envvar="SBX_API_KEY",
+            envvar="SANDHOLD_API_KEY",
             help="API key for --connect (default: the local tenant's, from the data directory).",
         ),
     ] = None,
     task: Annotated[
         str | None,
-        typer.Option(envvar="SBX_TASK", help="With --connect: the task every call is made for."),
+        typer.Option(
+            envvar="SANDHOLD_TASK", help="With --connect: the task every call is made for."
+        ),
     ] = None,
 ) -> None:
     """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
@@ -107,9 +111,9 @@ def _forwarding(
     url: str, key: str | None, task: str | None, early: EarlyAnswer
 ) -> Callable[[], Awaitable[None]]:
     from orchestrator.cli.call import resolve_key
-    from orchestrator.mcp_server.forward import RemoteSbx
+    from orchestrator.mcp_server.forward import RemoteSandhold
 
-    remote = RemoteSbx(url, key=resolve_key(key), task=task)
+    remote = RemoteSandhold(url, key=resolve_key(key), task=task)
     return lambda: _forward(remote, early)
 
 
@@ -201,7 +205,7 @@ def _import_orchestrator() -> None:
     pass
 
 
-async def _forward(remote: RemoteSbx, early: EarlyAnswer) -> None:
+async def _forward(remote: RemoteSandhold, early: EarlyAnswer) -> None:
     from orchestrator.mcp_server.forward import serve_stdio_forwarding
 
     log.info("serving MCP on stdio, forwarding to %s", remote.endpoint)

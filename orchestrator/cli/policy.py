@@ -1,5 +1,5 @@
-"""``sbx policy check``: validate a policy and show its effective settings; ``test``, ``explain``
-and ``diff`` live in ``policy_test``."""
+"""``sandhold policy check``: validate a policy and show its effective settings; ``test``,
+``explain`` and ``diff`` live in ``policy_test``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``sbx policy test``, ``sbx policy explain`` and ``sbx policy diff``: presentation of
-``policy_tests``, ``policy_explain`` and ``policy_diff``."""
+"""``sandhold policy test``, ``sandhold policy explain`` and ``sandhold policy diff``: presentation
+of ``policy_tests``, ``policy_explain`` and ``policy_diff``."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def policy_test(
 async def _run_plan(target: PolicyTarget, case_plan: CasePlan, jobs: int) -> list[CaseReport]:
     config = OrchestratorConfig.from_env(
         policy_dirs=(target.directory,),
-        orchestrator_id=f"sbx-policy-test-{secrets.token_hex(4)}",
+        orchestrator_id=f"sandhold-policy-test-{secrets.token_hex(4)}",
     )
     async with Orchestrator(config) as orchestrator:
         runner = PolicyTestRunner(orchestrator, jobs=jobs)
@@ -105,7 +105,7 @@ async def _run_plan(target: PolicyTarget, case_plan: CasePlan, jobs: int) -> lis
 def _show_reports(
     console: Console, reports: list[CaseReport], case_plan: CasePlan, elapsed: float
 ) -> None:
-    table = Table(title="sbx policy test", show_lines=False)
+    table = Table(title="sandhold policy test", show_lines=False)
     for column in ("case", "policy", "expected", "got", "rule", "time", "result"):
         table.add_column(column, overflow="fold", no_wrap=column in ("time", "result"))
     for report in reports:

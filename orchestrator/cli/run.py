@@ -1,4 +1,5 @@
-"""``sbx run``: one-shot code or command in a throwaway sandbox, its exit status passed through."""
+"""``sandhold run``: one-shot code or command in a throwaway sandbox, its exit status passed
+through."""
 
 from __future__ import annotations
 
@@ -51,9 +52,9 @@ def _given(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def _orchestrator() -> Orchestrator:
     return Orchestrator(
-        OrchestratorConfig.from_env(orchestrator_id=f"sbx-run-{secrets.token_hex(4)}").side_by_side(
-            "run", adopt=False
-        )
+        OrchestratorConfig.from_env(
+            orchestrator_id=f"sandhold-run-{secrets.token_hex(4)}"
+        ).side_by_side("run", adopt=False)
     )
 
 
@@ -108,13 +109,13 @@ def _show(result: dict[str, Any]) -> int:
         sys.stderr.write(str(result["traceback"]).rstrip() + "\n")
     if result.get("error_type") == "timeout":
         return EXIT_TIMEOUT
-    return EXIT_ERROR if result.get("error_type") in _SBX_ERRORS else 1
+    return EXIT_ERROR if result.get("error_type") in _SANDHOLD_ERRORS else 1
 
 
 # As coreutils' timeout(1) exits when the command ran out of time.
 EXIT_TIMEOUT = 124
-# Failures of sbx itself (as opposed to the user's code) exit like every other sbx error.
-_SBX_ERRORS = frozenset(
+# Failures of sandhold itself (as opposed to the user's code) exit like every other sandhold error.
+_SANDHOLD_ERRORS = frozenset(
     {
         "invalid_argument",
         "session_not_found",

@@ -1,5 +1,5 @@
-"""``sbx serve``: the HTTP API (REST under /v1, OpenAPI, SSE) and MCP streamable HTTP at /mcp, on
-one address, for the tenants of a tenants file or else one local tenant.
+"""``sandhold serve``: the HTTP API (REST under /v1, OpenAPI, SSE) and MCP streamable HTTP at /mcp,
+on one address, for the tenants of a tenants file or else one local tenant.
 
 The port is bound before anything slow happens, so a taken port fails at once; then the image is
 built if missing, the orchestrator started, ``--pool`` sessions of the default policy warmed
@@ -24,10 +24,10 @@ address, ``--auth-failures-per-minute`` wrong keys per address are answered 401 
 a tenant holds at most ``--max-streams-per-tenant`` event streams. Logs are rate-limited per
 kind of message.
 
-Environment: the ``SBX_*`` settings of ``OrchestratorConfig.from_env`` (``SBX_IMAGE``,
-``SBX_ORCHESTRATOR_ID``, ``SBX_EXTRA_LABELS``, ``SBX_REGISTRY``, ...; ``--policy`` wins over
-``SBX_POLICY``), ``SBX_POOL`` for ``--pool``, and ``SBX_DATA_DIR`` for the local key and the
-registry (else ``$XDG_DATA_HOME/sbx``, else ``~/.local/share/sbx``).
+Environment: the ``SANDHOLD_*`` settings of ``OrchestratorConfig.from_env`` (``SANDHOLD_IMAGE``,
+``SANDHOLD_ORCHESTRATOR_ID``, ``SANDHOLD_EXTRA_LABELS``, ``SANDHOLD_REGISTRY``, ...; ``--policy``
+wins over ``SANDHOLD_POLICY``), ``SANDHOLD_POOL`` for ``--pool``, and ``SANDHOLD_DATA_DIR`` for the
+local key and the registry (else ``$XDG_DATA_HOME/sandhold``, else ``~/.local/share/sandhold``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def serve(
         typer.Option(
             min=0,
             max=MAX_POOL_SIZE,
-            envvar="SBX_POOL",
+            envvar="SANDHOLD_POOL",
             help="Sessions of the default policy to keep warm, filled before serving starts.",
         ),
     ] = 0,
@@ -113,7 +113,7 @@ def serve(
         int,
         typer.Option(
             min=1,
-            envvar="SBX_MAX_SESSIONS",
+            envvar="SANDHOLD_MAX_SESSIONS",
             help="Sessions this server holds at most, all tenants together; at the limit a "
             "create ends the caller's own least recently active idle session, or is refused.",
         ),
@@ -121,7 +121,7 @@ def serve(
     registry: Annotated[
         Path | None,
         typer.Option(
-            envvar="SBX_REGISTRY",
+            envvar="SANDHOLD_REGISTRY",
             help="The registry's SQLite file; default: registry.db in the data directory.",
         ),
     ] = None,
@@ -324,10 +324,10 @@ async def _serve(
         # A signal that came while the orchestrator started: serve nothing, just tear down.
         run.server.should_exit = bool(run.received)
         url = _url(listener)
-        typer.echo(f"sbx: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp)")
-        typer.echo(f"sbx: {notice}")
+        typer.echo(f"sandhold: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp)")
+        typer.echo(f"sandhold: {notice}")
         summary = orchestrator.last_reconcile.summary()
-        typer.echo(f"sbx: registry {config.registry_path}: {summary}")
+        typer.echo(f"sandhold: registry {config.registry_path}: {summary}")
         await run.server.serve(sockets=[listener])
         stopped_id = orchestrator.orchestrator_id
     if config.on_shutdown == "persist":
@@ -361,4 +361,4 @@ async def _warm_pool(orchestrator: Orchestrator) -> None:
                 ready, progressed = got, anyio.current_time()
                 progress.update(task, completed=ready)
     if not stderr.is_terminal:
-        typer.echo(f"sbx: warm pool: {ready} of {size} session(s) ready", err=True)
+        typer.echo(f"sandhold: warm pool: {ready} of {size} session(s) ready", err=True)

@@ -1,4 +1,4 @@
-"""``sbx ps`` and ``sbx kill``: the sandboxes on this engine, for ops."""
+"""``sandhold ps`` and ``sandhold kill``: the sandboxes on this engine, for ops."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ def ps(
     registry: Annotated[
         Path | None,
         typer.Option(
-            envvar="SBX_REGISTRY",
+            envvar="SANDHOLD_REGISTRY",
             help="A registry naming the sessions' owners (read-only; default: the one in the "
             "data directory, if any).",
         ),
     ] = None,
 ) -> None:
-    """List every sbx session container on this engine: owner, policy, age, memory."""
+    """List every sandhold session container on this engine: owner, policy, age, memory."""
     with reported_errors():
         owners = read_owners(registry or data_dir() / "registry.db")
         entries = anyio.run(_with_backend_list, owners)
@@ -54,7 +54,7 @@ def ps(
 
 
 def kill(
-    session_id: Annotated[str, typer.Argument(help="The session to end (from `sbx ps`).")],
+    session_id: Annotated[str, typer.Argument(help="The session to end (from `sandhold ps`).")],
 ) -> None:
     """End one session by removing its container."""
     with reported_errors():

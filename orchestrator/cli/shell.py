@@ -1,10 +1,10 @@
-"""``sbx shell``: your terminal attached to a shell in a new sandbox.
+"""``sandhold shell``: your terminal attached to a shell in a new sandbox.
 
 The shell is a PTY terminal running a login bash in a new session: a local orchestrator's (as
-``sbx run`` makes one), or a running ``sbx serve``'s when ``--server`` is given, reached through
-its HTTP API. Input goes in with ``terminal write``, output comes back with ``terminal wait``
-from a byte cursor, and the window size follows with ``terminal resize`` (at start and on each
-SIGWINCH). The command exits with the shell's exit status.
+``sandhold run`` makes one), or a running ``sandhold serve``'s when ``--server`` is given, reached
+through its HTTP API. Input goes in with ``terminal write``, output comes back with ``terminal
+wait`` from a byte cursor, and the window size follows with ``terminal resize`` (at start and on
+each SIGWINCH). The command exits with the shell's exit status.
 
 When stdin is a terminal it is put in raw mode, so Ctrl-C, Ctrl-D, Tab and the arrow keys reach
 the shell in the sandbox. Otherwise (a pipe, a file) the shell runs without line editing or echo,
@@ -74,11 +74,15 @@ def shell(
     policy: Annotated[str | None, typer.Option(help="Policy of the new sandbox.")] = None,
     server: Annotated[
         str | None,
-        typer.Option(envvar="SBX_SERVER", help="Use a running `sbx serve` (default: run locally)."),
+        typer.Option(
+            envvar="SANDHOLD_SERVER", help="Use a running `sandhold serve` (default: run locally)."
+        ),
     ] = None,
     key: Annotated[
         str | None,
-        typer.Option(envvar="SBX_API_KEY", help="API key for --server (default: the local one)."),
+        typer.Option(
+            envvar="SANDHOLD_API_KEY", help="API key for --server (default: the local one)."
+        ),
     ] = None,
 ) -> None:
     """Attach your terminal to a shell in a new sandbox; exits with the shell's exit status and
@@ -108,7 +112,7 @@ def shell(
 
 
 async def _local(console: Console, start: dict[str, Any]) -> int:
-    config = OrchestratorConfig.from_env(orchestrator_id=f"sbx-shell-{secrets.token_hex(4)}")
+    config = OrchestratorConfig.from_env(orchestrator_id=f"sandhold-shell-{secrets.token_hex(4)}")
     config = config.side_by_side("shell", adopt=False)
     config = await with_image(config)
     async with Orchestrator(config) as orchestrator:

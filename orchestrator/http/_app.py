@@ -94,7 +94,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 # The task scope a call runs for, within the tenant its API key names (optional).
-TASK_HEADER = "x-sbx-task"
+TASK_HEADER = "x-sandhold-task"
 
 
 class _Api:

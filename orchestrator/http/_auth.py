@@ -13,7 +13,7 @@ counted rather than audited one by one (see ``FailedKeys``). A valid key is alwa
 any address: keys are 256-bit random, so the budget is about what failures cost, and one stale
 client on a shared address (every local client is 127.0.0.1) must not lock out the others.
 
-The tenant travels three ways, for three readers: ``scope["sbx.tenant"]`` for the REST routes,
+The tenant travels three ways, for three readers: ``scope["sandhold.tenant"]`` for the REST routes,
 ``current_tenant()`` (a context variable, set for the duration of the request) for the MCP
 server's tenant callable, and ``scope["user"]`` as the MCP SDK's ``AuthenticatedUser`` whose
 ``client_id`` is the tenant, so that the SDK binds each MCP session to the tenant that opened it.
@@ -42,7 +42,7 @@ from orchestrator.http._limits import AUTH_FAILURES_PER_MINUTE, MAX_TRACKED_CLIE
 
 log = logging.getLogger(__name__)
 
-TENANT_SCOPE_KEY: Final = "sbx.tenant"
+TENANT_SCOPE_KEY: Final = "sandhold.tenant"
 PUBLIC_PATHS: Final = frozenset({"/healthz"})
 # Discovery documents (RFC 8615): none exists here, and saying so needs no key.
 PUBLIC_PREFIX: Final = "/.well-known/"
@@ -53,7 +53,7 @@ RATE_LIMITED: Final = "rate_limited"
 # Who a refused request's audit record names: no tenant name can be spelled so.
 NO_TENANT: Final = "(unauthenticated)"
 
-_current_tenant: ContextVar[str | None] = ContextVar("sbx_http_tenant", default=None)
+_current_tenant: ContextVar[str | None] = ContextVar("sandhold_http_tenant", default=None)
 
 
 def current_tenant() -> str | None:
@@ -208,7 +208,11 @@ async def send_json(
 async def _refuse(scope: Scope, send: Send, *, key_given: bool) -> None:
     message = "a valid API key is required: Authorization: Bearer <key>"
     # RFC 6750: a key that was given and is not valid is an "invalid_token".
-    challenge = b'Bearer realm="sbx", error="invalid_token"' if key_given else b'Bearer realm="sbx"'
+    challenge = (
+        b'Bearer realm="sandhold", error="invalid_token"'
+        if key_given
+        else b'Bearer realm="sandhold"'
+    )
     body = refusal_body(scope["path"], UNAUTHENTICATED, message)
     await send_json(send, 401, body, [(b"www-authenticate", challenge)])
 

@@ -1,4 +1,4 @@
-"""The connections ``sbx serve`` holds, and which of them must go (pure: the clock is given).
+"""The connections ``sandhold serve`` holds, and which of them must go (pure: the clock is given).
 
 Invariants:
 - A connection is counted from the moment it is accepted until it is released or evicted

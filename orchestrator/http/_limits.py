@@ -1,5 +1,5 @@
-"""The limits of ``sbx serve``'s HTTP server (``HttpLimitsConfig``) and the token buckets some of
-them are kept with (``Budgets``).
+"""The limits of ``sandhold serve``'s HTTP server (``HttpLimitsConfig``) and the token buckets some
+of them are kept with (``Budgets``).
 
 Nothing here trusts a client to go away: every connection has a deadline while it is not in a
 request, every client address a share of the connections, every tenant a number of held-open
@@ -44,7 +44,7 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HttpLimitsConfig:
-    """What one ``sbx serve`` holds for its clients; durations in seconds."""
+    """What one ``sandhold serve`` holds for its clients; durations in seconds."""
 
     header_timeout: float = HEADER_TIMEOUT
     keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT

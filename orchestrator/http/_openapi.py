@@ -164,14 +164,14 @@ def _tool_operation(tool: Tool) -> dict[str, Any]:
 
 def _version() -> str:
     try:
-        return importlib.metadata.version("sbx")
+        return importlib.metadata.version("sandhold")
     except importlib.metadata.PackageNotFoundError:
         return "0"
 
 
 # Every /v1 call may name a task scope within the key's tenant (``owners``).
 TASK_PARAMETER = {
-    "name": "X-Sbx-Task",
+    "name": "X-Sandhold-Task",
     "in": "header",
     "required": False,
     "description": "The task the call acts for, within the API key's tenant; without it, the "
@@ -221,7 +221,7 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
-            "title": "sbx",
+            "title": "sandhold",
             "version": _version(),
             "description": "Container-isolated sandboxes: the python_repl, terminal, process and "
             "files tools over HTTP. `POST /v1/{tool}` takes the same arguments as the MCP tool "

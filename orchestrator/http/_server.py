@@ -1,5 +1,5 @@
-"""The HTTP server of ``sbx serve``: uvicorn's request handling behind an accept loop of our own,
-which holds every connection to the limits of ``HttpLimitsConfig`` (see ``_connections``).
+"""The HTTP server of ``sandhold serve``: uvicorn's request handling behind an accept loop of our
+own, which holds every connection to the limits of ``HttpLimitsConfig`` (see ``_connections``).
 
 Why an accept loop of our own: asyncio's, when the process runs out of descriptors, logs a
 traceback and retries every second for as long as that lasts (one attack grew a log to 85 MB),

@@ -20,9 +20,9 @@ LOCK_POLL_INTERVAL = 0.5
 
 
 def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/sbx``, else ``~/.cache/sbx``."""
+    """``$XDG_CACHE_HOME/sandhold``, else ``~/.cache/sandhold``."""
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "sbx"
+    return Path(root) / "sandhold"
 
 
 @contextlib.asynccontextmanager

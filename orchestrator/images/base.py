@@ -1,6 +1,6 @@
 """Obtaining the base image the worker is built on, in the order ``base_plan`` decides: a given
 image, an image the engine has, the pinned official Python image pulled within a bounded time, or
-``sbx-base:<suite>`` bootstrapped from Debian packages (installing debootstrap when root)."""
+``sandhold-base:<suite>`` bootstrapped from Debian packages (installing debootstrap when root)."""
 
 from __future__ import annotations
 

@@ -4,11 +4,11 @@ what the host has and returns the ordered candidates, with the exact commands ea
 (pull, debootstrap present, debootstrap installable, neither) with the real argv.
 
 Order, cheapest and most reproducible first:
-1. a base given by the user (``--base-image``, ``SBX_BASE_IMAGE``, ``BASE_IMAGE``): local, else
+1. a base given by the user (``--base-image``, ``SANDHOLD_BASE_IMAGE``, ``BASE_IMAGE``): local, else
    pulled;
-2. an image already on the engine: the pinned official Python image, else ``sbx-base:<suite>``;
+2. an image already on the engine: the pinned official Python image, else ``sandhold-base:<suite>``;
 3. the pinned official Python image, pulled (fails at once where no registry answers);
-4. ``sbx-base:<suite>`` from debootstrap, installing the Debian package first when this process
+4. ``sandhold-base:<suite>`` from debootstrap, installing the Debian package first when this process
    is root on a system with apt-get;
 5. otherwise nothing can be done here, and the error names the one command that would fix it.
 """
@@ -109,7 +109,7 @@ def plan_base(
     tools: HostTools,
 ) -> tuple[Candidate, ...]:
     """The candidates to try in order, the last one final. ``local`` holds which of the pinned
-    Python image and ``sbx-base:<suite>`` the engine already has."""
+    Python image and ``sandhold-base:<suite>`` the engine already has."""
     if given and given_is_local:
         return (UseLocal(given),)
     candidates: list[Candidate] = [Pull(given)] if given else []
@@ -126,7 +126,8 @@ def _debootstrap(suite: str, tools: HostTools) -> Debootstrap | NoWayHere:
         return NoWayHere(
             "no base image: none is on the engine, none could be pulled, and building one from "
             "Debian packages (debootstrap) needs root",
-            hint="run `sudo sbx image build` once, or pass --base-image with an image you have",
+            hint="run `sudo sandhold image build` once, or pass --base-image with an image of "
+            "yours",
         )
     if tools.debootstrap is not None:
         return Debootstrap(suite)

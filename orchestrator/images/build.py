@@ -51,12 +51,12 @@ async def ensure_worker_image(
 ) -> ImageBuildResult:
     """The current worker image, built (with its base, if need be) when missing.
 
-    ``base_image`` defaults to ``SBX_BASE_IMAGE`` then ``BASE_IMAGE``; without one, the base is
-    ``sbx-base:<suite>`` bootstrapped from Debian packages (``suite`` defaults to
-    ``SBX_DEBIAN_SUITE``, then this host's codename).
+    ``base_image`` defaults to ``SANDHOLD_BASE_IMAGE`` then ``BASE_IMAGE``; without one, the base is
+    ``sandhold-base:<suite>`` bootstrapped from Debian packages (``suite`` defaults to
+    ``SANDHOLD_DEBIAN_SUITE``, then this host's codename).
     """
     progress = progress or NullProgress()
-    base_image = base_image or os.environ.get("SBX_BASE_IMAGE") or os.environ.get("BASE_IMAGE")
+    base_image = base_image or os.environ.get("SANDHOLD_BASE_IMAGE") or os.environ.get("BASE_IMAGE")
 
     progress.step(STEP_BASE)
     base = await ensure_base_image(client, base_image=base_image, suite=suite, progress=progress)

@@ -1,6 +1,6 @@
-"""Building ``sbx-base:<suite>`` without a registry: debootstrap a minimal Debian root file system
-(minbase + python3) from the mirror in this machine's own apt sources, strip apt's caches, tar it
-with numeric owners and import the tar into the engine.
+"""Building ``sandhold-base:<suite>`` without a registry: debootstrap a minimal Debian root file
+system (minbase + python3) from the mirror in this machine's own apt sources, strip apt's caches,
+tar it with numeric owners and import the tar into the engine.
 
 Invariant: the work directory is removed on every path, and never while anything is still mounted
 below it (debootstrap mounts /proc, /sys and may bind /dev into the target; deleting through such a
@@ -34,7 +34,7 @@ __all__ = [
     "remove_workdir",
 ]
 
-BASE_REPOSITORY = "sbx-base"
+BASE_REPOSITORY = "sandhold-base"
 # A Debian codename doubles as a Docker tag; nothing else may reach debootstrap's argv.
 SUITE_PATTERN = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
 # minbase + python3 is ~100 packages: minutes on a slow mirror, never an hour.
@@ -57,12 +57,12 @@ def base_tag(suite: str) -> str:
 
 
 def default_suite(os_release: Path = Path("/etc/os-release")) -> str:
-    """``SBX_DEBIAN_SUITE``, else this host's ``VERSION_CODENAME``."""
-    suite = os.environ.get("SBX_DEBIAN_SUITE") or _codename(os_release)
+    """``SANDHOLD_DEBIAN_SUITE``, else this host's ``VERSION_CODENAME``."""
+    suite = os.environ.get("SANDHOLD_DEBIAN_SUITE") or _codename(os_release)
     if not suite:
         raise ImageError(
             "cannot tell which Debian suite to bootstrap",
-            hint="pass --suite (e.g. the codename of a Debian release) or set SBX_DEBIAN_SUITE",
+            hint="pass --suite (the codename of a Debian release) or set SANDHOLD_DEBIAN_SUITE",
         )
     return check_suite(suite)
 
@@ -90,7 +90,7 @@ def require_debootstrap() -> str:
     if os.geteuid() != 0:
         raise ImageError(
             "building the base image with debootstrap needs root",
-            hint="run `sbx image build` once as root, or pass --base-image with a local image",
+            hint="run `sandhold image build` once as root, or pass --base-image with a local image",
         )
     tool = shutil.which("debootstrap")
     if tool is None:
@@ -102,7 +102,8 @@ def require_debootstrap() -> str:
 
 
 async def build_base_image(client: DockerClient, *, suite: str, progress: BuildProgress) -> str:
-    """Bootstrap ``suite`` and import it as ``sbx-base:<suite>``; returns the new image's id."""
+    """Bootstrap ``suite`` and import it as ``sandhold-base:<suite>``; returns the new image's
+    id."""
     tool = require_debootstrap()
     mirror = await anyio.to_thread.run_sync(find_mirror, suite)
     if mirror is None:
@@ -111,7 +112,7 @@ async def build_base_image(client: DockerClient, *, suite: str, progress: BuildP
             hint="add a `deb` entry to /etc/apt/sources.list, or pass --base-image",
         )
     progress.log(f"debootstrap {suite} (minbase + python3) from this host's apt mirror")
-    workdir = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, None, "sbx-base-"))
+    workdir = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, None, "sandhold-base-"))
     try:
         return await _bootstrap_and_import(client, tool, suite, mirror, workdir, progress)
     finally:
@@ -145,7 +146,7 @@ async def _bootstrap_and_import(
     changes = [
         "ENV LANG=C.UTF-8",
         'CMD ["python3"]',
-        f"LABEL sbx.image=base sbx.debian-suite={suite}",
+        f"LABEL sandhold.image=base sandhold.debian-suite={suite}",
     ]
     await client.call(
         lambda sdk: sdk.api.import_image_from_file(

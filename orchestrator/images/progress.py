@@ -15,7 +15,7 @@ class BuildProgress(Protocol):
         """A step starts; log lines that follow belong to it."""
 
     def log(self, line: str) -> None:
-        """One line of output (a tool's log, or a note from sbx itself)."""
+        """One line of output (a tool's log, or a note from sandhold itself)."""
 
     def done(self, name: str) -> None:
         """The step ``name`` finished."""

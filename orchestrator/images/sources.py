@@ -1,5 +1,5 @@
 """Finding a Debian mirror in the machine's own apt sources, so debootstrap fetches from wherever
-this host already fetches packages (sbx never names a mirror itself).
+this host already fetches packages (sandhold never names a mirror itself).
 
 Both formats apt reads are understood: one-line ``sources.list`` entries and deb822 ``.sources``
 paragraphs. Pure functions over files; nothing here runs a tool or touches the network.

@@ -1,4 +1,4 @@
-"""The worker image: ``sbx-worker:<hash>`` built FROM the base with ``Dockerfile.worker``.
+"""The worker image: ``sandhold-worker:<hash>`` built FROM the base with ``Dockerfile.worker``.
 
 The tag carries a hash of every input (the Dockerfile, the worker code, the wheels, the base
 image id), so an image whose tag exists is current and is never rebuilt. The build runs with the
@@ -37,8 +37,8 @@ __all__ = [
     "worker_tag",
 ]
 
-WORKER_REPOSITORY = "sbx-worker"
-LABEL_IMAGE_INPUTS = "sbx.image-inputs"
+WORKER_REPOSITORY = "sandhold-worker"
+LABEL_IMAGE_INPUTS = "sandhold.image-inputs"
 # Hex digits of the inputs hash in the tag: 64 bits, no accidental collision among local images.
 TAG_HASH_CHARS = 16
 # The build copies a few files and unpacks one wheel; ten minutes means a wedged engine.
@@ -135,7 +135,7 @@ def _build_blocking(
     labels: Mapping[str, str],
     progress: BuildProgress,
 ) -> None:
-    context = Path(tempfile.mkdtemp(prefix="sbx-worker-context-"))
+    context = Path(tempfile.mkdtemp(prefix="sandhold-worker-context-"))
     try:
         _write_context(context, inputs)
         stream = sdk.api.build(

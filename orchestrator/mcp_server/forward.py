@@ -1,4 +1,4 @@
-"""``sbx mcp --connect URL``: MCP on stdio in front of a running ``sbx serve``. Every
+"""``sandhold mcp --connect URL``: MCP on stdio in front of a running ``sandhold serve``. Every
 ``tools/list`` and ``tools/call`` goes to the server's ``/mcp`` endpoint with an API key, and its
 answer (or its JSON-RPC error) comes back unchanged; sessions live in the server, so they outlive
 the stdio process. This is the set-up for clients that start a server per call
@@ -7,7 +7,7 @@ orchestrator), and the second one finds the sessions the first one made.
 
 Public API:
 
-- ``RemoteSbx(url, *, key, task=None)``: the calls, one MCP client connection per call over a
+- ``RemoteSandhold(url, *, key, task=None)``: the calls, one MCP client connection per call over a
   shared HTTP connection pool. A call that cannot reach the server answers the tool contract's
   ``backend_unavailable`` (``isError``), so the front keeps serving while the server restarts.
 - ``serve_stdio_forwarding(remote)``: serve one stdio client through ``remote`` until EOF.
@@ -39,7 +39,7 @@ from orchestrator.mcp_server.handshake import INSTRUCTIONS, SERVER_NAME, EarlyAn
 from orchestrator.mcp_server.server import run_stdio
 from orchestrator.tools._text import render_text
 
-__all__ = ["RemoteSbx", "mcp_endpoint", "serve_stdio_forwarding"]
+__all__ = ["RemoteSandhold", "mcp_endpoint", "serve_stdio_forwarding"]
 
 # Reaching the server and sending a request take at most this long on any network a person
 # would point this at; an answer may take as long as its cell (see ``answer_timeout``).
@@ -50,7 +50,7 @@ ANSWER_TIMEOUT = 330.0
 ANSWER_MARGIN = 30.0
 # A timeout_s beyond a day is refused by every policy; no wait is made longer than that.
 MAX_TIMEOUT_S = 86_400.0
-TASK_HEADER = "X-Sbx-Task"
+TASK_HEADER = "X-Sandhold-Task"
 
 
 def mcp_endpoint(url: str) -> str:
@@ -72,8 +72,9 @@ def answer_timeout(arguments: dict[str, Any]) -> float:
     return ANSWER_TIMEOUT
 
 
-class RemoteSbx:
-    """The tools of the ``sbx serve`` at ``url``, called with ``key`` (and ``task``, if any)."""
+class RemoteSandhold:
+    """The tools of the ``sandhold serve`` at ``url``, called with ``key`` (and ``task``, if
+    any)."""
 
     def __init__(self, url: str, *, key: str, task: str | None = None) -> None:
         self.endpoint = mcp_endpoint(url)
@@ -84,7 +85,7 @@ class RemoteSbx:
         self._mode = "auto"
 
     @contextlib.asynccontextmanager
-    async def open(self) -> AsyncIterator[RemoteSbx]:
+    async def open(self) -> AsyncIterator[RemoteSandhold]:
         """The HTTP connection pool, for as long as the front serves."""
         timeout = httpx2.Timeout(CONNECT_TIMEOUT, read=None)  # reads: bounded per call
         async with httpx2.AsyncClient(headers=self._headers, timeout=timeout) as http:
@@ -118,7 +119,7 @@ class RemoteSbx:
     @contextlib.asynccontextmanager
     async def _client(self) -> AsyncIterator[Client]:
         if self._http is None:
-            raise RuntimeError("RemoteSbx.open() must be entered first")
+            raise RuntimeError("RemoteSandhold.open() must be entered first")
         transport = streamable_http_client(self.endpoint, http_client=self._http)
         async with Client(transport, mode=self._mode) as client:
             if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -126,7 +127,7 @@ class RemoteSbx:
             yield client
 
     def _cannot_reach(self, exc: Exception) -> str:
-        return f"cannot reach sbx at {self.endpoint}: {exc or type(exc).__name__}"
+        return f"cannot reach sandhold at {self.endpoint}: {exc or type(exc).__name__}"
 
     def _unavailable(
         self, name: str, arguments: dict[str, Any], exc: Exception
@@ -157,7 +158,7 @@ def _is_transport(exc: Exception) -> bool:
     return isinstance(exc, httpx2.TransportError | OSError)
 
 
-def build_forwarding_server(remote: RemoteSbx) -> Server[Any]:
+def build_forwarding_server(remote: RemoteSandhold) -> Server[Any]:
     """An MCP server whose every listing and call is ``remote``'s."""
 
     async def list_tools(
@@ -179,7 +180,9 @@ def build_forwarding_server(remote: RemoteSbx) -> Server[Any]:
     )
 
 
-async def serve_stdio_forwarding(remote: RemoteSbx, *, early: EarlyAnswer | None = None) -> None:
+async def serve_stdio_forwarding(
+    remote: RemoteSandhold, *, early: EarlyAnswer | None = None
+) -> None:
     """Serve one MCP client on stdin/stdout through ``remote`` until stdin ends; ``early`` is
     what ``mcp_handshake.answer_initialize_early`` read and answered already."""
     async with remote.open():

@@ -1,4 +1,4 @@
-"""``sbx mcp`` answers the MCP ``initialize`` handshake before it imports the MCP SDK, whose
+"""``sandhold mcp`` answers the MCP ``initialize`` handshake before it imports the MCP SDK, whose
 import alone takes about 0.45 s here: a client that spawns the server sees it ready at once,
 and its next request (``tools/list``) waits for the SDK instead. Standard library only.
 
@@ -28,7 +28,7 @@ __all__ = [
     "server_version",
 ]
 
-SERVER_NAME = "sbx"
+SERVER_NAME = "sandhold"
 INSTRUCTIONS = (
     "Hardened sandbox sessions, each its own container. Create one with python_repl execute, "
     "terminal run or terminal start without session_id; the answer carries the session_id to pass "
@@ -54,9 +54,9 @@ class EarlyAnswer:
 
 
 def server_version() -> str:
-    """The version of sbx installed, as servers announce it."""
+    """The version of sandhold installed, as servers announce it."""
     try:
-        return importlib.metadata.version("sbx")
+        return importlib.metadata.version("sandhold")
     except importlib.metadata.PackageNotFoundError:
         return ""
 

@@ -1,9 +1,9 @@
 """MCP over the tool layer: the four tools of ``orchestrator.tools``, with their exact JSON schemas,
-served with the official ``mcp`` SDK over stdio (``sbx mcp``) or streamable HTTP (``sbx serve``).
-No logic of its own: a call goes to ``Orchestrator.call`` and its ``ToolResult`` comes back as the
-structured content (``success`` first; ``error_type`` and ``error_message`` on failure), its text
-rendering as text content, and ``isError`` from ``is_error``: true only when the call itself
-failed (``CALL_FAILURES``), never for what user code did (docs/tool-contract.md).
+served with the official ``mcp`` SDK over stdio (``sandhold mcp``) or streamable HTTP (``sandhold
+serve``). No logic of its own: a call goes to ``Orchestrator.call`` and its ``ToolResult`` comes
+back as the structured content (``success`` first; ``error_type`` and ``error_message`` on failure),
+its text rendering as text content, and ``isError`` from ``is_error``: true only when the call
+itself failed (``CALL_FAILURES``), never for what user code did (docs/tool-contract.md).
 
 Public API:
 
@@ -39,8 +39,8 @@ before a request gets here; this is the second lock, not the first. An API-key l
         return keys.tenant_for(request.headers.get("authorization")) if request else None
 
 The HTTP transport is stateless (a fresh MCP connection per POST): the state that matters lives in
-sbx sessions, addressed by ``session_id`` and owned by tenants, so nothing is gained by tying it to
-an MCP session, and there is no MCP session id another key holder could reuse.
+sandhold sessions, addressed by ``session_id`` and owned by tenants, so nothing is gained by tying
+it to an MCP session, and there is no MCP session id another key holder could reuse.
 """
 
 from __future__ import annotations
@@ -87,14 +87,14 @@ __all__ = [
 ]
 
 UNKNOWN_TOOL = f"unknown tool; the tools are: {', '.join(TOOLS)}"
-READ_ONLY_OPERATIONS_META = "sbx/readOnlyOperations"
+READ_ONLY_OPERATIONS_META = "sandhold/readOnlyOperations"
 # A stdin read asks for at most this much; a frame longer than this arrives in several reads.
 STDIN_CHUNK_BYTES = 1 << 16
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class ToolCaller(Protocol):
-    """What serving needs of the orchestrator: ``Orchestrator.call``. ``sbx mcp`` passes one
+    """What serving needs of the orchestrator: ``Orchestrator.call``. ``sandhold mcp`` passes one
     that waits for an orchestrator still starting (it answers ``initialize`` before that)."""
 
     async def call(
@@ -105,7 +105,7 @@ class ToolCaller(Protocol):
 TenantResolver = Callable[[], str | None]
 """Answers the tenant of the tool call being served, or None to refuse it (see the module doc)."""
 
-_http_request: ContextVar[Request | None] = ContextVar("sbx_mcp_http_request", default=None)
+_http_request: ContextVar[Request | None] = ContextVar("sandhold_mcp_http_request", default=None)
 
 
 def current_http_request() -> Request | None:
@@ -128,7 +128,9 @@ def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Ser
     ) -> types.CallToolResult:
         caller = _resolve_tenant(tenant, ctx.request)
         # Over HTTP, a task scope may come with the call, as for the REST API.
-        task = ctx.request.headers.get("x-sbx-task") if isinstance(ctx.request, Request) else None
+        task = (
+            ctx.request.headers.get("x-sandhold-task") if isinstance(ctx.request, Request) else None
+        )
         # Omitted arguments are an empty object: the tool layer then names the missing operation.
         arguments = params.arguments or {}
         result = await orchestrator.call(params.name, arguments, tenant=caller, task=task)
@@ -319,7 +321,7 @@ class McpHttpApp:
 def streamable_http_app(
     orchestrator: ToolCaller, *, tenant: TenantResolver, host: str = "127.0.0.1"
 ) -> McpHttpApp:
-    """The MCP endpoint for ``sbx serve``. ``host`` is the address the server listens on: on a
+    """The MCP endpoint for ``sandhold serve``. ``host`` is the address the server listens on: on a
     loopback address, requests whose Host or Origin header names another site are refused (DNS
     rebinding); elsewhere the API key is what guards the endpoint."""
     security = None

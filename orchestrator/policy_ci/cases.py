@@ -25,7 +25,7 @@ shell's run), ``process`` (a background process, awaited), ``read`` / ``write`` 
 "/"}``; the session is filled in). ``setup`` lists shell commands run first in the same session.
 
 ``expect = "allowed"`` may add ``exit_code``, ``stdout`` (exact) and ``stdout_contains``;
-``expect = "denied"`` needs ``error_type`` (an sbx error type, or the exception a run raised,
+``expect = "denied"`` needs ``error_type`` (an sandhold error type, or the exception a run raised,
 such as ``OSError``) and may add ``rule`` (a rule name or a prefix of one, see
 ``policy_rules``) and ``message_contains``. Unknown keys are refused; errors name the file, the
 key and the reason.

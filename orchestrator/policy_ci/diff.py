@@ -1,5 +1,5 @@
-"""``sbx policy diff``: what a change to a policy lets through that it stopped before, and what it
-now stops, riskiest first, so a reviewer sees the cost of a change at a glance.
+"""``sandhold policy diff``: what a change to a policy lets through that it stopped before, and what
+it now stops, riskiest first, so a reviewer sees the cost of a change at a glance.
 
 Modules are compared by what may actually be imported (allowlist and denylist together), not by
 list membership alone; a list change with no effect is still reported, as low risk."""

@@ -1,4 +1,4 @@
-"""``sbx policy explain``: which rule of a policy would decide some code or a command, and why,
+"""``sandhold policy explain``: which rule of a policy would decide some code or a command, and why,
 without running anything. The static checks are the real ones (the in-container validator and
 the command policy, imported here); what only a run can tell is listed apart, never guessed."""
 

@@ -1,4 +1,4 @@
-"""JUnit XML of a ``sbx policy test`` run, for CI systems: one ``testsuite`` per case file, one
+"""JUnit XML of a ``sandhold policy test`` run, for CI systems: one ``testsuite`` per case file, one
 ``testcase`` per case and policy (``name [policy]``), a ``failure`` for a mismatch, an ``error``
 for a case that could not run, ``skipped`` for a policy not under test. Each suite carries the
 hash of every policy under test, so a report says exactly which policy it proved."""
@@ -14,7 +14,7 @@ from orchestrator.policy_ci.runner import CaseReport, CaseRun
 
 __all__ = ["junit_xml", "write_junit"]
 
-SUITE_PREFIX = "sbx-policy-test"
+SUITE_PREFIX = "sandhold-policy-test"
 
 
 def junit_xml(

@@ -1,5 +1,5 @@
-"""Naming the rule behind a refusal, in one vocabulary for ``sbx policy test`` and ``sbx policy
-explain``: ``shell.deny_patterns['...']``, ``python.forbidden_modules['os']``,
+"""Naming the rule behind a refusal, in one vocabulary for ``sandhold policy test`` and ``sandhold
+policy explain``: ``shell.deny_patterns['...']``, ``python.forbidden_modules['os']``,
 ``python.rules.dunder_attribute``, ``files.workspace``, ``container``...
 
 The names are derived from the messages the tools already return (the static validator's

@@ -1,4 +1,4 @@
-"""``sbx policy test``: run policy test cases in real sandboxes, through ``Orchestrator.call``
+"""``sandhold policy test``: run policy test cases in real sandboxes, through ``Orchestrator.call``
 (the path every interface takes), and report what each got against what it expected.
 
 Sessions. Cases must not influence each other, so every case runs in a session of its own that

@@ -1,4 +1,4 @@
-"""Registries for orchestrators that run side by side (``sbx mcp``, ``run``, ``shell``): each
+"""Registries for orchestrators that run side by side (``sandhold mcp``, ``run``, ``shell``): each
 takes a registry file of its own in one directory, ``<orchestrator id>.db``, and proves it is
 alive by holding that file's lock (``store._lock``: it dies with the process, ``kill -9``
 included). A file whose lock is free belongs to an orchestrator that is gone.
@@ -18,11 +18,10 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.backend.base import LABEL_ORCHESTRATOR
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import LABEL_ORCHESTRATOR, LEGACY_LABEL_ORCHESTRATOR, Backend
 from orchestrator.registry.store import Registry, RegistryError
 
-__all__ = ["Abandoned", "claim", "reap_abandoned", "remove_files"]
+__all__ = ["Abandoned", "claim", "reap_abandoned", "remove_files", "remove_legacy_containers"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def _take(path: Path) -> Abandoned | None:
 
 
 def _fresh(directory: Path, wanted_id: str | None) -> Registry:
-    orchestrator_id = wanted_id or f"sbx-{secrets.token_hex(6)}"
+    orchestrator_id = wanted_id or f"sandhold-{secrets.token_hex(6)}"
     registry = Registry(directory / f"{orchestrator_id}{SUFFIX}")
     registry.open()
     return registry
@@ -99,7 +98,21 @@ def remove_files(path: Path) -> None:
             (path.parent / name).unlink()
 
 
-async def reap_abandoned(backend: DockerBackend, dead: Abandoned) -> list[str]:
+async def remove_legacy_containers(backend: Backend, orchestrator_id: str) -> list[str]:
+    """Remove the containers of ``orchestrator_id`` that carry the pre-rename labels: none of
+    them can be re-adopted (their worker lives at the old paths)."""
+    removed = []
+    for container_id in await backend.list_containers({LEGACY_LABEL_ORCHESTRATOR: orchestrator_id}):
+        await backend.remove_container(container_id)
+        removed.append(container_id)
+    if removed:
+        log.info(
+            "reaped %d container(s) of %s from before the rename", len(removed), orchestrator_id
+        )
+    return removed
+
+
+async def reap_abandoned(backend: Backend, dead: Abandoned) -> list[str]:
     """Remove every container of a dead orchestrator, then its registry; the ids removed."""
     removed: list[str] = []
     if dead.orchestrator_id is not None:
@@ -107,6 +120,7 @@ async def reap_abandoned(backend: DockerBackend, dead: Abandoned) -> list[str]:
         for container_id in await backend.list_containers(label):
             await backend.remove_container(container_id)
             removed.append(container_id)
+        removed += await remove_legacy_containers(backend, dead.orchestrator_id)
     dead.discard()
     log.info(
         "reaped %d container(s) of dead orchestrator %s (%s)",

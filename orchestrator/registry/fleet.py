@@ -1,6 +1,6 @@
-"""What sbx runs on this engine, seen from the engine: every container labelled by sbx, whoever
-started it. For ops: it needs no running orchestrator, so it also shows what a crashed one left
-behind. It never touches a container without the sbx labels.
+"""What sandhold runs on this engine, seen from the engine: every container labelled by sandhold,
+whoever started it. For ops: it needs no running orchestrator, so it also shows what a crashed one
+left behind. It never touches a container without the sandhold labels.
 
 Labels are fixed when a container is made, so a session handed out from a warm pool is labelled
 with the pool's tenant; a registry, when given, names the real owner (tenant and task)."""
@@ -18,9 +18,9 @@ from orchestrator.backend.base import (
     LABEL_POLICY_NAME,
     LABEL_SESSION,
     LABEL_TENANT,
+    Backend,
     ContainerSummary,
 )
-from orchestrator.backend.docker import DockerBackend
 from orchestrator.errors import BackendError, SessionNotFoundError
 
 __all__ = ["FleetEntry", "kill_session", "list_fleet"]
@@ -45,12 +45,12 @@ class FleetEntry:
 
 
 async def list_fleet(
-    backend: DockerBackend,
+    backend: Backend,
     *,
     with_memory: bool = True,
     owners: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> list[FleetEntry]:
-    """Every sbx container; ``owners`` (session id -> tenant, task, from ``store.read_owners``)
+    """Every sandhold container; ``owners`` (session id -> tenant, task, from ``store.read_owners``)
     wins over the labels."""
     owners = owners or {}
     containers = await backend.describe_containers([LABEL_SESSION, LABEL_ORCHESTRATOR])
@@ -94,8 +94,8 @@ def _entry(
     )
 
 
-async def kill_session(backend: DockerBackend, session_id: str) -> int:
-    """Remove the container(s) of one sbx session; how many were removed."""
+async def kill_session(backend: Backend, session_id: str) -> int:
+    """Remove the container(s) of one sandhold session; how many were removed."""
     if not session_id or "=" in session_id or "," in session_id:
         raise SessionNotFoundError(f"session not found: {session_id}")
     found = await backend.describe_containers([f"{LABEL_SESSION}={session_id}", LABEL_ORCHESTRATOR])

@@ -46,7 +46,7 @@ def plan(records: Iterable[SessionRecord], containers: Iterable[ContainerSummary
 
 @dataclass
 class ReconcileReport:
-    """What a reconcile did, for the log and for ``sbx serve``'s start-up message."""
+    """What a reconcile did, for the log and for ``sandhold serve``'s start-up message."""
 
     adopted: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)

@@ -299,6 +299,6 @@ def _lock(path: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         raise RegistryError(
-            f"{path.with_suffix('')}: the registry is in use by another running sbx"
+            f"{path.with_suffix('')}: the registry is in use by another running sandhold"
         ) from None
     return fd

@@ -22,7 +22,7 @@ MAX_ENV_VARS = 64
 MAX_ENV_VALUE_CHARS = 32 * 1024
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Variables the sandbox's own plumbing sets; a caller may not replace them.
-RESERVED_ENV = frozenset({"HOME", "PATH", "SBX_WORKER_CONFIG"})
+RESERVED_ENV = frozenset({"HOME", "PATH", "SANDHOLD_WORKER_CONFIG"})
 
 
 def workspace_path(path: Any, *, name: str = "path") -> str:

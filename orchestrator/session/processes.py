@@ -1,6 +1,6 @@
 """Background processes of one session: the host half of the ``process`` tool.
 
-Each operation is one short exec of ``/opt/sbx/worker/procs.py`` in the session's container,
+Each operation is one short exec of ``/opt/sandhold/worker/procs.py`` in the session's container,
 which keeps the registry, the capped logs and the process groups (its docstring draws the layout).
 
 Invariants: arguments are checked here before anything reaches the engine, so a bad one starts
@@ -22,8 +22,7 @@ import anyio
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.backend.base import STDERR, WORKSPACE, ExecSpec
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import STDERR, WORKSPACE, Backend, ExecSpec
 from orchestrator.errors import (
     BackendError,
     InvalidArgumentError,
@@ -37,7 +36,7 @@ from orchestrator.session.repl.protocol import MAX_COUNT, untrusted_json
 
 M = TypeVar("M", bound=BaseModel)
 
-PROCS_ARGV = ("python3", "-I", "/opt/sbx/worker/procs.py")
+PROCS_ARGV = ("python3", "-I", "/opt/sandhold/worker/procs.py")
 # 128 bits of randomness: a process id is as unguessable as a session id.
 PROCESS_ID_BYTES = 16
 _PROCESS_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -127,7 +126,7 @@ class _Failure(BaseModel):
 class SessionProcesses:
     """The background processes of one session container."""
 
-    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+    def __init__(self, backend: Backend, container_id: str, policy: Policy) -> None:
         self._backend = backend
         self._container_id = container_id
         self._policy = policy

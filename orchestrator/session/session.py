@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import anyio
 
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import Backend
 from orchestrator.errors import BusyError, OrchestratorError
 from orchestrator.policy.model import Policy
 from orchestrator.session.files.operations import SessionFiles
@@ -66,7 +66,7 @@ class Session:
     @classmethod
     def assemble(
         cls,
-        backend: DockerBackend,
+        backend: Backend,
         *,
         session_id: str,
         tenant: str,
@@ -139,7 +139,7 @@ class Session:
                         "session %s: closing %s failed: %s", self.id, type(part).__name__, exc
                     )
 
-    async def aclose(self, backend: DockerBackend) -> None:
+    async def aclose(self, backend: Backend) -> None:
         """Stop what runs in the session and remove its container. Shielded: the container is
         always removed, or the failure to remove it is raised."""
         with anyio.CancelScope(shield=True):

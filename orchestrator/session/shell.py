@@ -37,8 +37,7 @@ import string
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.backend.base import STDOUT, WORKSPACE, ExecSpec, ExecStream
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import STDOUT, WORKSPACE, Backend, ExecSpec, ExecStream
 from orchestrator.errors import BackendError, OrchestratorError, SessionNotFoundError
 from orchestrator.policy.arguments import check_timeout
 from orchestrator.policy.commands import enforce
@@ -146,7 +145,7 @@ class _Shell:
 
 
 class PersistentShell:
-    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+    def __init__(self, backend: Backend, container_id: str, policy: Policy) -> None:
         self._backend = backend
         self._container_id = container_id
         self._policy = policy

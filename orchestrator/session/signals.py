@@ -14,8 +14,7 @@ import signal as signals
 
 import anyio
 
-from orchestrator.backend.base import ExecSpec
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import Backend, ExecSpec
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 
 __all__ = ["signal_name", "signal_process_group", "signal_process_group_quietly"]
@@ -26,12 +25,10 @@ SIGNAL_TIMEOUT = 10.0
 MAX_KILL_OUTPUT_BYTES = 4096
 
 
-async def signal_process_group(
-    backend: DockerBackend, container_id: str, pgid: int, name: str
-) -> bool:
+async def signal_process_group(backend: Backend, container_id: str, pgid: int, name: str) -> bool:
     """Send signal ``name`` to process group ``pgid`` inside the container, as the sandbox user.
     True when ``kill`` found the group."""
-    argv = ["bash", "-c", 'kill -s "$1" -- "-$2"', "sbx-signal", name, str(pgid)]
+    argv = ["bash", "-c", 'kill -s "$1" -- "-$2"', "sandhold-signal", name, str(pgid)]
     result = await backend.run(
         container_id,
         ExecSpec(argv=argv),
@@ -42,7 +39,7 @@ async def signal_process_group(
 
 
 async def signal_process_group_quietly(
-    backend: DockerBackend, container_id: str, pgid: int, name: str
+    backend: Backend, container_id: str, pgid: int, name: str
 ) -> None:
     """``signal_process_group`` for teardown: bounded, and an engine error is not raised."""
     with contextlib.suppress(OrchestratorError), anyio.move_on_after(SIGNAL_TIMEOUT):

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.errors import InvalidArgumentError, OrchestratorError, SessionNotFoundError
+from orchestrator.errors import (
+    ContainerNotFoundError,
+    InvalidArgumentError,
+    OrchestratorError,
+    SessionNotFoundError,
+)
 from orchestrator.tools._arguments import read_arguments
 from orchestrator.tools._schema import field_uses, input_schema, is_map, output_schema
 from orchestrator.tools._text import render_text
@@ -156,11 +161,7 @@ async def call_tool(
 
 
 def _vanished(exc: OrchestratorError) -> bool:
-    # Imported here: the tool layer is listed (``sbx mcp`` answering ``tools/list``) long
-    # before any backend runs, and the engine's client is slow to import.
-    from orchestrator.backend.docker import NotFoundError
-
-    return isinstance(exc, NotFoundError)
+    return isinstance(exc, ContainerNotFoundError)
 
 
 def _operation(tool: Tool, arguments: Any) -> Operation:

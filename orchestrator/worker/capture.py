@@ -76,7 +76,7 @@ class OutputCapture:
             os.set_blocking(read_end, False)
             self._epoll.register(read_end, select.EPOLLIN)
             self._ready.register(read_end, select.POLLIN)
-        threading.Thread(target=self._drain_forever, name="sbx-output", daemon=True).start()
+        threading.Thread(target=self._drain_forever, name="sandhold-output", daemon=True).start()
 
     def start(self) -> None:
         """Point fd 1 and 2 at the pipes; output from now on belongs to this request."""

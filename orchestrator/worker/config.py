@@ -1,4 +1,4 @@
-"""The worker's settings: one JSON object in the environment variable ``SBX_WORKER_CONFIG``,
+"""The worker's settings: one JSON object in the environment variable ``SANDHOLD_WORKER_CONFIG``,
 read once at start. Every key is required and unknown keys are refused, so a host and a worker
 that disagree find out at once instead of running under a policy neither meant."""
 
@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-CONFIG_ENV = "SBX_WORKER_CONFIG"
+CONFIG_ENV = "SANDHOLD_WORKER_CONFIG"
 MODES = ("restricted", "unrestricted")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _BUILTIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

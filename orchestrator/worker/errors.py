@@ -4,8 +4,9 @@ under their ``error_type`` rather than their class name."""
 
 from typing import ClassVar
 
-# Tracebacks name the classes ``sbx.ImportBlockedError``..., not after the worker's file layout.
-_SHOWN_MODULE = "sbx"
+# Tracebacks name the classes ``sandhold.ImportBlockedError``..., not after the worker's file
+# layout.
+_SHOWN_MODULE = "sandhold"
 
 
 class RestrictedError(Exception):

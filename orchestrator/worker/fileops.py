@@ -1,6 +1,6 @@
 """File operations inside the sandbox, for the ``files`` tool: stdlib only, one operation per run.
 
-    python3 -I /opt/sbx/worker/fileops.py <op>   (request: one JSON object on stdin)
+    python3 -I /opt/sandhold/worker/fileops.py <op>   (request: one JSON object on stdin)
 
 It answers one JSON object on stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error_type",
 "error_message"}``. The host confines paths lexically; this half judges what only the container
@@ -154,7 +154,7 @@ def b64(data: bytes) -> str:
 
 
 def temp_name() -> str:
-    return f".sbx-{os.urandom(8).hex()}.tmp"
+    return f".sandhold-{os.urandom(8).hex()}.tmp"
 
 
 def discard(name: str, dir_fd: int) -> None:

@@ -18,7 +18,7 @@ import fcntl
 import os
 import time
 
-LEASE_PATH = "/tmp/.sbx-host-lease"  # noqa: S108 (a path inside the container)
+LEASE_PATH = "/tmp/.sandhold-host-lease"  # noqa: S108 (a path inside the container)
 # The watchdog holds its exclusive probe for microseconds; code that holds one longer would
 # otherwise stall the ready frame, so the worker gives up after this and serves unleased.
 HOLD_ATTEMPTS = 50

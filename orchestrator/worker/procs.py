@@ -1,7 +1,7 @@
 """Background processes of a session, run inside its container (stdlib + psutil).
 
-Called as ``python3 -I /opt/sbx/worker/procs.py <op>`` with one JSON request on stdin; prints one
-JSON reply on stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error_type", "error_message"}``.
+Called as ``python3 -I /opt/sandhold/worker/procs.py <op>`` with one JSON request on stdin; prints
+one JSON reply on stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error_type", "error_message"}``.
 Ops: ``start``, ``list``, ``read_output``, ``kill``.
 
 One background process is laid out as::
@@ -44,7 +44,7 @@ from typing import Any, NoReturn
 
 import psutil
 
-STATE_DIR = "/tmp/.sbx/procs"  # noqa: S108 (a tmpfs private to the container)
+STATE_DIR = "/tmp/.sandhold/procs"  # noqa: S108 (a tmpfs private to the container)
 WORKSPACE = "/workspace"
 BASH = "/bin/bash"
 PROCESS_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -69,7 +69,7 @@ MAX_TAIL_LINES = 10_000
 LIST_COMMAND_CHARS = 1024
 # Two psutil readings of one process's create_time agree exactly; another process differs by ticks.
 CREATE_TIME_TOLERANCE = 0.05
-DROPPED_MARKER = re.compile(rb"^\[sbx: (\d{1,20}) earlier bytes of output dropped\]\n")
+DROPPED_MARKER = re.compile(rb"^\[sandhold: (\d{1,20}) earlier bytes of output dropped\]\n")
 
 
 class OpError(Exception):
@@ -297,7 +297,7 @@ class CappedLog:
         if 0 <= newline < len(kept) - 1:
             kept = kept[newline + 1 :]  # start at a whole line
         dropped = self.received - len(kept)
-        content = b"[sbx: %d earlier bytes of output dropped]\n" % dropped + kept
+        content = b"[sandhold: %d earlier bytes of output dropped]\n" % dropped + kept
         _write_whole(self.path, content)
         os.close(self.fd)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -320,7 +320,7 @@ def _run_command(request: dict[str, Any], out_w: int, go_r: int) -> NoReturn:
         os.execve(BASH, ["bash", "-c", request["command"]], env)  # noqa: S606
     except BaseException as exc:
         with contextlib.suppress(BaseException):
-            os.write(2, f"sbx: cannot start the command: {exc}\n".encode())
+            os.write(2, f"sandhold: cannot start the command: {exc}\n".encode())
     os._exit(127)
 
 

@@ -1,10 +1,10 @@
 """The relay: joins a new exec's stdin/stdout to a persistent REPL worker's socket.
 
-Started as ``python3 -I /opt/sbx/worker/relay.py PID`` by an orchestrator that re-adopts a session
-whose worker outlived the orchestrator before it. The first line it writes is
-``sbx-pid <pid>``: the pid of the process at the other end of the socket as the kernel tells it
+Started as ``python3 -I /opt/sandhold/worker/relay.py PID`` by an orchestrator that re-adopts a
+session whose worker outlived the orchestrator before it. The first line it writes is
+``sandhold-pid <pid>``: the pid of the process at the other end of the socket as the kernel tells it
 (SO_PEERCRED), not as that process says, so a signal the host sends reaches the process it talks
-to; ``sbx-pid 0`` where the kernel cannot tell (gVisor's answers with the caller's own pid).
+to; ``sandhold-pid 0`` where the kernel cannot tell (gVisor's answers with the caller's own pid).
 Then bytes flow both ways unchanged until either side ends; the relay exits 0 then, and 3 if it
 could not reach the worker at all.
 """
@@ -17,7 +17,7 @@ import struct
 import sys
 import time
 
-SOCKET_DIR = "/tmp/.sbx"  # noqa: S108 (a private directory on the container's own tmpfs)
+SOCKET_DIR = "/tmp/.sandhold"  # noqa: S108 (a private directory on the container's own tmpfs)
 # The worker binds its socket before it says it is ready; a relay that finds no socket at once
 # gives it this long (a worker busy with a cell still accepts into its backlog).
 CONNECT_TIMEOUT = 3.0
@@ -71,13 +71,13 @@ def main(argv: list[str]) -> int:
     try:
         sock = _connect(socket_path(int(argv[1])))
     except OSError as exc:
-        sys.stderr.write(f"sbx relay: cannot reach the worker: {exc}\n")
+        sys.stderr.write(f"sandhold relay: cannot reach the worker: {exc}\n")
         return 3
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, _, _ = struct.unpack("3i", creds)
     if pid == os.getpid():
         pid = 0  # gVisor names the caller, not the peer: say that the kernel cannot tell
-    _write_all(1, b"sbx-pid %d\n" % pid)
+    _write_all(1, b"sandhold-pid %d\n" % pid)
     with contextlib.suppress(OSError):
         _pump(sock)
     return 0

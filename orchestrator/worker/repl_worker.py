@@ -1,7 +1,7 @@
 """The REPL worker: a long-lived process inside the sandbox that runs Python cells for the host.
 
-Started as ``python3 -I /opt/sbx/worker/repl_worker.py`` (uid 10001, cwd /workspace) with the
-protocol on stdin/stdout and its settings in ``SBX_WORKER_CONFIG``. At start the protocol moves
+Started as ``python3 -I /opt/sandhold/worker/repl_worker.py`` (uid 10001, cwd /workspace) with the
+protocol on stdin/stdout and its settings in ``SANDHOLD_WORKER_CONFIG``. At start the protocol moves
 to private, non-inheritable fds; fd 0 becomes /dev/null and fd 1/2 point at /dev/null except
 while a request runs, when they are that request's capture pipes. Then it writes
 ``{"type": "ready", "pid", "protocol", "python"}`` and answers each request line with exactly one

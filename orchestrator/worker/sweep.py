@@ -1,6 +1,6 @@
 """The sweep: what an orchestrator runs in a session container it re-adopts after a crash.
 
-Started as ``python3 -I /opt/sbx/worker/sweep.py WORKER_PID``. The orchestrator that died left
+Started as ``python3 -I /opt/sandhold/worker/sweep.py WORKER_PID``. The orchestrator that died left
 the processes of its terminals and persistent shell behind, attached to streams nobody reads; no
 one can reach them again, so they are orphans. Every exec is its own session (setsid), so the
 sweep keeps whole sessions and SIGKILLs every other process:
@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-PROCS_STATE_DIR = "/tmp/.sbx/procs"  # noqa: S108 (procs.py's records)
+PROCS_STATE_DIR = "/tmp/.sandhold/procs"  # noqa: S108 (procs.py's records)
 
 
 def _sid(pid: int) -> int | None:

@@ -1,5 +1,5 @@
 """Every tool call lands in the audit log, refused ones included, without the code in clear; an
-edit of the log is found by ``sbx audit verify``."""
+edit of the log is found by ``sandhold audit verify``."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def tamper_and_verify(directory: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def test_an_edited_record_fails_sbx_audit_verify(
+async def test_an_edited_record_fails_sandhold_audit_verify(
     worker_image: ImageBuildResult, tmp_path: Path
 ) -> None:
     async with Orchestrator(config(worker_image.tag, audit_dir=tmp_path)) as orch:

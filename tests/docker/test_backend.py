@@ -36,7 +36,7 @@ async def test_a_create_cancelled_at_any_moment_leaves_no_container(
         created.append(await docker_backend.create_container(spec))
     for container_id in created:  # finished before the deadline: ours to remove
         await docker_backend.remove_container(container_id)
-    assert await docker_backend.list_containers({"sbx.session": marker}) == []
+    assert await docker_backend.list_containers({"sandhold.session": marker}) == []
 
 
 async def test_an_unreachable_engine_is_backend_unavailable_with_a_hint(

@@ -2,7 +2,7 @@
 ``notifications/cancelled``; a dropped HTTP connection; a cancelled task) interrupts its cell as a
 timeout would, and the session's next call finds the worker idle with its state
 (``state_reset: false``), never the stale reply of the cell before. Over stdio, over ``/mcp`` of
-``sbx serve``, and through the Python API; the cancelled call is in the audit log as
+``sandhold serve``, and through the Python API; the cancelled call is in the audit log as
 ``cancelled``."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ async def test_a_client_timeout_over_stdio_interrupts_the_cell_and_keeps_the_ses
     worker_image: ImageBuildResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     audit_dir = tmp_path / "audit"
-    monkeypatch.setenv("SBX_AUDIT_DIR", str(audit_dir))
+    monkeypatch.setenv("SANDHOLD_AUDIT_DIR", str(audit_dir))
     server = stdio_server(worker_image.tag, new_orchestrator_id())
     with anyio.fail_after(STARTUP_TIMEOUT + 3 * CALL_TIMEOUT):
         async with Client(server) as client:
@@ -133,7 +133,7 @@ async def test_a_client_timeout_and_a_dropped_connection_on_serve_mcp_keep_the_s
     worker_image: ImageBuildResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     audit_dir = tmp_path / "audit"
-    monkeypatch.setenv("SBX_AUDIT_DIR", str(audit_dir))
+    monkeypatch.setenv("SANDHOLD_AUDIT_DIR", str(audit_dir))
     async with running(worker_image.tag, tmp_path) as server:
         key = server.notice.rsplit(": ", 1)[1]
         with anyio.fail_after(4 * CALL_TIMEOUT):

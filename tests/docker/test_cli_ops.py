@@ -1,4 +1,4 @@
-"""``sbx ps`` and ``sbx kill`` see and end sandboxes from the engine alone."""
+"""``sandhold ps`` and ``sandhold kill`` see and end sandboxes from the engine alone."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from tests.docker.test_python_repl import config
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 
-def sbx(*args: str, image: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, SBX_EXTRA_LABELS=f"{TEST_RUN_LABEL}={RUN_ID}")
+def sandhold(*args: str, image: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SANDHOLD_EXTRA_LABELS=f"{TEST_RUN_LABEL}={RUN_ID}")
     if image:
-        env["SBX_IMAGE"] = image
+        env["SANDHOLD_IMAGE"] = image
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
         capture_output=True,
@@ -37,16 +37,16 @@ async def test_ps_lists_a_live_session_with_owner_and_policy_and_kill_ends_it(
 ) -> None:
     async with Orchestrator(config(worker_image.tag)) as orch:
         session = await orch.create_session(policy="strict", tenant="ops-test")
-        listed = await anyio.to_thread.run_sync(sbx, "ps", "--json")
+        listed = await anyio.to_thread.run_sync(sandhold, "ps", "--json")
         assert listed.returncode == 0, listed.stderr
         entries = {e["session_id"]: e for e in json.loads(listed.stdout)}
         mine = entries[session.id]
         assert (mine["tenant"], mine["policy"], mine["state"]) == ("ops-test", "strict", "running")
         assert mine["memory_mb"] is not None and mine["memory_mb"] > 0
 
-        killed = await anyio.to_thread.run_sync(sbx, "kill", session.id)
+        killed = await anyio.to_thread.run_sync(sandhold, "kill", session.id)
         assert killed.returncode == 0, killed.stderr
-        again = await anyio.to_thread.run_sync(sbx, "ps", "--json")
+        again = await anyio.to_thread.run_sync(sandhold, "ps", "--json")
         assert session.id not in {e["session_id"] for e in json.loads(again.stdout)}
 
 
@@ -54,7 +54,7 @@ async def test_ps_names_the_owner_the_registry_knows_for_a_session_from_the_pool
     worker_image: ImageBuildResult, tmp_path: Path
 ) -> None:
     """A pooled container is labelled with the pool's tenant when it is made; the registry
-    knows who it was handed to, and ``sbx ps --registry`` says so."""
+    knows who it was handed to, and ``sandhold ps --registry`` says so."""
     registry = tmp_path / "registry.db"
     settings = config(worker_image.tag, registry_path=registry, pool={"default": 1})
     async with Orchestrator(settings) as orch:
@@ -65,8 +65,10 @@ async def test_ps_names_the_owner_the_registry_knows_for_a_session_from_the_pool
             "python_repl", {"operation": "execute", "code": "1"}, tenant="ops-test", task="t9"
         )
         session_id = made.structured["session_id"]
-        plain = await anyio.to_thread.run_sync(sbx, "ps", "--json")
-        known = await anyio.to_thread.run_sync(sbx, "ps", "--json", "--registry", str(registry))
+        plain = await anyio.to_thread.run_sync(sandhold, "ps", "--json")
+        known = await anyio.to_thread.run_sync(
+            sandhold, "ps", "--json", "--registry", str(registry)
+        )
         assert known.returncode == 0, known.stderr
         by_label = {e["session_id"]: e for e in json.loads(plain.stdout)}[session_id]
         by_registry = {e["session_id"]: e for e in json.loads(known.stdout)}[session_id]
@@ -75,18 +77,18 @@ async def test_ps_names_the_owner_the_registry_knows_for_a_session_from_the_pool
 
 
 def test_kill_of_an_unknown_session_is_session_not_found_with_exit_status_2() -> None:
-    result = sbx("kill", "no-such-session")
+    result = sandhold("kill", "no-such-session")
     assert result.returncode == 2
     assert result.stderr.startswith("error: session_not_found:")
 
 
-async def test_a_session_whose_container_was_removed_outside_sbx_ends_cleanly(
+async def test_a_session_whose_container_was_removed_outside_sandhold_ends_cleanly(
     worker_image: ImageBuildResult,
 ) -> None:
     async with Orchestrator(config(worker_image.tag)) as orch:
         first = await orch.call("python_repl", {"operation": "execute", "code": "x = 1"})
         sid = first.structured["session_id"]
-        killed = await anyio.to_thread.run_sync(sbx, "kill", sid)
+        killed = await anyio.to_thread.run_sync(sandhold, "kill", sid)
         assert killed.returncode == 0, killed.stderr
         for _ in range(2):  # the first call may see the worker die; after that, it is gone
             result = await orch.call("files", {"operation": "read", "session_id": sid, "path": "x"})
@@ -113,7 +115,7 @@ async def test_a_session_whose_container_was_removed_outside_sbx_ends_cleanly(
 def test_run_passes_the_exit_status_through(
     worker_image: ImageBuildResult, args: list[str], status: int, out: str, err: str
 ) -> None:
-    result = sbx("run", *args, image=worker_image.tag)
+    result = sandhold("run", *args, image=worker_image.tag)
     assert result.returncode == status, result.stderr
     assert result.stdout == out
     assert err in result.stderr

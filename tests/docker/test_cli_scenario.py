@@ -1,6 +1,6 @@
-"""The issue's scenario through the CLI alone: ``sbx serve --pool 1`` as a subprocess, then only
-``sbx call`` (and ``sbx shell --server``) against it: a session taken from the warm pool,
-execute, a shell command, a background process, a file, destroy; a wrong argument is
+"""The issue's scenario through the CLI alone: ``sandhold serve --pool 1`` as a subprocess, then
+only ``sandhold call`` (and ``sandhold shell --server``) against it: a session taken from the warm
+pool, execute, a shell command, a background process, a file, destroy; a wrong argument is
 ``invalid_argument`` with exit status 2 as over MCP and HTTP; SIGTERM leaves no container."""
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ from tests.docker.test_serve import STOP_TIMEOUT, Server, running
 
 # One CLI process: the interpreter's imports (~1 s) and one call, a new session at most.
 CALL_TIMEOUT = 60
-SBX = [sys.executable, "-m", "orchestrator.cli"]
+SANDHOLD = [sys.executable, "-m", "orchestrator.cli"]
 
 
-def sbx(
+def sandhold(
     server: Server, data_dir: Path, *args: str, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``sbx ARGS --server URL``, its key found in the data directory as a person's would be."""
-    env = {**os.environ, "SBX_DATA_DIR": str(data_dir)}
-    env.pop("SBX_API_KEY", None)
+    """``sandhold ARGS --server URL``, its key found in the data directory as a person's would
+    be."""
+    env = {**os.environ, "SANDHOLD_DATA_DIR": str(data_dir)}
+    env.pop("SANDHOLD_API_KEY", None)
     return subprocess.run(
-        [*SBX, *args, "--server", server.url],
+        [*SANDHOLD, *args, "--server", server.url],
         input=stdin,
         env=env,
         capture_output=True,
@@ -49,7 +50,7 @@ class Cli:
 
     async def run(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         return await anyio.to_thread.run_sync(
-            lambda: sbx(self.server, self.data_dir, *args, stdin=stdin)
+            lambda: sandhold(self.server, self.data_dir, *args, stdin=stdin)
         )
 
     async def call(self, tool: str, **arguments: Any) -> tuple[int, dict[str, Any]]:
@@ -76,7 +77,7 @@ def sessions_of(orchestrator_id: str) -> list[str]:
 
 @pytest.mark.docker
 @pytest.mark.anyio
-async def test_the_scenario_through_sbx_call_uses_the_served_pool_and_leaves_nothing(
+async def test_the_scenario_through_sandhold_call_uses_the_served_pool_and_leaves_nothing(
     worker_image: ImageBuildResult, tmp_path: Path
 ) -> None:
     async with running(worker_image.tag, tmp_path, "--pool", "1") as server:
@@ -123,7 +124,7 @@ WRONG_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.docker
 @pytest.mark.anyio
-async def test_sbx_call_answers_by_exit_status_and_shell_runs_against_the_server(
+async def test_sandhold_call_answers_by_exit_status_and_shell_runs_against_the_server(
     worker_image: ImageBuildResult, tmp_path: Path
 ) -> None:
     async with running(worker_image.tag, tmp_path) as server:
@@ -157,7 +158,7 @@ async def test_sbx_call_answers_by_exit_status_and_shell_runs_against_the_server
         )
 
         denied = await cli.run(
-            "call", "python_repl", '{"operation": "list_sessions"}', "--key", "sbx_" + "x" * 40
+            "call", "python_repl", '{"operation": "list_sessions"}', "--key", "sandhold_" + "x" * 40
         )
         assert denied.returncode == 2 and denied.stderr.startswith("error: unauthenticated: ")
         server.process.send_signal(signal.SIGTERM)
@@ -166,11 +167,11 @@ async def test_sbx_call_answers_by_exit_status_and_shell_runs_against_the_server
         assert await anyio.to_thread.run_sync(sessions_of, server.orchestrator_id) == []
 
 
-def test_sbx_call_without_a_server_is_backend_unavailable(tmp_path: Path) -> None:
-    env = {**os.environ, "SBX_API_KEY": "sbx_" + "k" * 40}
+def test_sandhold_call_without_a_server_is_backend_unavailable(tmp_path: Path) -> None:
+    env = {**os.environ, "SANDHOLD_API_KEY": "sandhold_" + "k" * 40}
     done = subprocess.run(
         [
-            *SBX,
+            *SANDHOLD,
             "call",
             "python_repl",
             '{"operation": "list_sessions"}',
@@ -184,5 +185,5 @@ def test_sbx_call_without_a_server_is_backend_unavailable(tmp_path: Path) -> Non
     )
     assert done.returncode == 2
     assert done.stderr.startswith(
-        "error: backend_unavailable: cannot reach sbx at http://127.0.0.1:9"
+        "error: backend_unavailable: cannot reach sandhold at http://127.0.0.1:9"
     )

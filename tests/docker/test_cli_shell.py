@@ -1,5 +1,5 @@
-"""``sbx shell`` as a person uses it: on a pseudo-terminal of the test's, typing into a shell in a
-new sandbox (raw mode: Ctrl-C reaches the sandbox, not sbx), the window size following the
+"""``sandhold shell`` as a person uses it: on a pseudo-terminal of the test's, typing into a shell
+in a new sandbox (raw mode: Ctrl-C reaches the sandbox, not sandhold), the window size following the
 terminal's, the shell's exit status passed through, the terminal restored and no container left.
 Without a terminal (a pipe) it runs the piped lines the same way."""
 
@@ -35,7 +35,7 @@ START_TIMEOUT = 60.0
 STEP_TIMEOUT = 20.0
 # Removing the session and the container after the shell has exited.
 EXIT_TIMEOUT = 60.0
-CASE_LABEL = "sbx.test-case"
+CASE_LABEL = "sandhold.test-case"
 PROMPT = re.compile(rb"\$ $")
 # A line of output; bash may put bracketed-paste switches (ESC [ ? 2004 l, then CR) before it.
 LINE = rb"[\r\n]%s\r\n"
@@ -44,8 +44,8 @@ LINE = rb"[\r\n]%s\r\n"
 def shell_env(image: str, case: str) -> dict[str, str]:
     return {
         **os.environ,
-        "SBX_IMAGE": image,
-        "SBX_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID},{CASE_LABEL}={case}",
+        "SANDHOLD_IMAGE": image,
+        "SANDHOLD_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID},{CASE_LABEL}={case}",
         "TERM": "xterm",
     }
 
@@ -64,7 +64,7 @@ def set_window(fd: int, rows: int, cols: int) -> None:
 
 
 class Terminal:
-    """The test's side of a pseudo-terminal that ``sbx shell`` runs on."""
+    """The test's side of a pseudo-terminal that ``sandhold shell`` runs on."""
 
     def __init__(self, pid: int, fd: int) -> None:
         self.pid = pid
@@ -85,11 +85,13 @@ class Terminal:
         return found
 
     def wait_exit(self, timeout: float = EXIT_TIMEOUT) -> int:
-        """Read until sbx closes the terminal, then its exit status."""
+        """Read until sandhold closes the terminal, then its exit status."""
         deadline = time.monotonic() + timeout
         while self._read(deadline - time.monotonic()):
             pass
-        assert time.monotonic() < deadline, f"sbx shell did not exit: {self.transcript[-2000:]!r}"
+        assert time.monotonic() < deadline, (
+            f"sandhold shell did not exit: {self.transcript[-2000:]!r}"
+        )
         _, status = os.waitpid(self.pid, 0)
         return os.waitstatus_to_exitcode(status)
 
@@ -109,7 +111,7 @@ class Terminal:
 
 
 @contextlib.contextmanager
-def sbx_shell_on_a_terminal(env: dict[str, str], rows: int, cols: int) -> Iterator[Terminal]:
+def sandhold_shell_on_a_terminal(env: dict[str, str], rows: int, cols: int) -> Iterator[Terminal]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: only what must happen before exec
         try:
@@ -122,7 +124,7 @@ def sbx_shell_on_a_terminal(env: dict[str, str], rows: int, cols: int) -> Iterat
         yield term
     finally:
         with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG) == (0, 0):  # a failed test: let sbx tear down
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):  # a failed test: let sandhold tear down
                 os.kill(pid, signal.SIGTERM)
                 with contextlib.suppress(AssertionError):
                     term.wait_exit()
@@ -136,7 +138,7 @@ def test_a_shell_on_a_terminal_runs_what_is_typed_and_exits_with_its_status(
     worker_image: ImageBuildResult,
 ) -> None:
     case = secrets.token_hex(6)
-    with sbx_shell_on_a_terminal(shell_env(worker_image.tag, case), 30, 100) as term:
+    with sandhold_shell_on_a_terminal(shell_env(worker_image.tag, case), 30, 100) as term:
         term.expect(PROMPT, START_TIMEOUT)
         assert len(containers_of_case(case)) == 1
         assert not termios.tcgetattr(term.fd)[3] & termios.ICANON  # raw while attached
@@ -149,7 +151,7 @@ def test_a_shell_on_a_terminal_runs_what_is_typed_and_exits_with_its_status(
         term.expect(re.compile(LINE % rb"30 100"))
         term.expect(PROMPT)
 
-        # Ctrl-C goes to the sandbox's foreground command, not to sbx (once it is running: a
+        # Ctrl-C goes to the sandbox's foreground command, not to sandhold (once it is running: a
         # Ctrl-C that comes before the command has the terminal goes to bash, which ignores it).
         term.type("sh -c 'echo $((1+1))-ready; exec sleep 60'; echo not-interrupted\r")
         term.expect(re.compile(LINE % rb"2-ready"))
@@ -157,7 +159,7 @@ def test_a_shell_on_a_terminal_runs_what_is_typed_and_exits_with_its_status(
         term.expect(PROMPT)
         assert b"not-interrupted\r\n" not in term.seen
 
-        set_window(term.fd, 40, 120)  # the kernel tells sbx with SIGWINCH
+        set_window(term.fd, 40, 120)  # the kernel tells sandhold with SIGWINCH
         sized = re.compile(LINE % rb"(\d+ \d+)")
         deadline = time.monotonic() + STEP_TIMEOUT
         while True:  # SIGWINCH and the keys race; ask until the new size has arrived

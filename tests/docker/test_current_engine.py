@@ -1,4 +1,4 @@
-"""sbx against a current Docker engine (29+, which refuses API versions below 1.44), played by
+"""sandhold against a current Docker engine (29+, which refuses API versions below 1.44), played by
 ``tests.current_engine`` in front of the real one, over unix:// and tcp://: every request,
 the raw exec upgrades included, speaks the version the SDK negotiated."""
 
@@ -22,7 +22,7 @@ from tests.current_engine import ADVERTISED, CurrentEngine
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 CALL_TIMEOUT = 60.0
-CASE_LABEL = "sbx.test-case"
+CASE_LABEL = "sandhold.test-case"
 
 
 @pytest.fixture(params=["unix", "tcp"])

@@ -1,4 +1,5 @@
-"""The Docker engine goes away under sbx and comes back (issue: dockerd restarted under sbx).
+"""The Docker engine goes away under sandhold and comes back (issue: dockerd restarted under
+sandhold).
 
 The machine's own dockerd is never touched: the orchestrator reaches the engine through
 ``tests.engine_proxy``, whose ``cut()`` behaves as a dead daemon (connections refused, every open
@@ -35,7 +36,7 @@ OUTAGE_ANSWER_TIMEOUT = 10.0
 RECOVERY_TIMEOUT = 30.0
 # Engine calls of these tests are local and small; a stuck one should fail the test, not hang it.
 API_TIMEOUT = 20.0
-CASE_LABEL = "sbx.test-case"
+CASE_LABEL = "sandhold.test-case"
 
 
 @pytest.fixture

@@ -245,12 +245,12 @@ async def test_another_tenants_session_answers_like_an_unknown_one(client: Clien
 
 
 async def test_another_tasks_session_answers_like_an_unknown_one(client: Client) -> None:
-    """``X-Sbx-Task`` scopes a call within the key's tenant: task t1's session is invisible to
+    """``X-Sandhold-Task`` scopes a call within the key's tenant: task t1's session is invisible to
     task t2 (the same answer as an unknown id), visible to the tenant without a task, and a
     malformed task name is refused before anything runs."""
     tenant = client(KEY_A)
-    t1 = {"X-Sbx-Task": "t1"}
-    t2 = {"X-Sbx-Task": "t2"}
+    t1 = {"X-Sandhold-Task": "t1"}
+    t2 = {"X-Sandhold-Task": "t2"}
     with anyio.fail_after(CALL_TIMEOUT * 2):
         made = await tenant.post("/v1/sessions", json={"code": "mine = 1"}, headers=t1)
         sid = (await ok(made))["session_id"]
@@ -266,7 +266,7 @@ async def test_another_tasks_session_answers_like_an_unknown_one(client: Client)
         assert [(s["session_id"], s["task"]) for s in listed] == [(sid, "t1")]
         again = await tenant.post(f"/v1/sessions/{sid}/execute", json={"code": "mine"}, headers=t1)
         assert (await ok(again))["result_repr"] == "1"
-        bad = await tenant.get("/v1/sessions", headers={"X-Sbx-Task": "no spaces"})
+        bad = await tenant.get("/v1/sessions", headers={"X-Sandhold-Task": "no spaces"})
         assert bad.status_code == 400 and bad.json()["error_type"] == "invalid_argument"
 
 

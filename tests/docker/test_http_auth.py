@@ -1,6 +1,6 @@
-"""What a client without a valid key meets on ``sbx serve``'s app, served by uvicorn on loopback:
-OAuth discovery probes answer 404 (there is no OAuth here), and the official MCP client raises a
-wrong or missing key as an ``unauthenticated`` error, not a generic one."""
+"""What a client without a valid key meets on ``sandhold serve``'s app, served by uvicorn on
+loopback: OAuth discovery probes answer 404 (there is no OAuth here), and the official MCP client
+raises a wrong or missing key as an ``unauthenticated`` error, not a generic one."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def served(worker_image: ImageBuildResult) -> Iterator[Served]:
         finally:
             started.set()
 
-    thread = threading.Thread(target=run, name="sbx-http-under-test", daemon=True)
+    thread = threading.Thread(target=run, name="sandhold-http-under-test", daemon=True)
     thread.start()
     try:
         assert started.wait(STARTUP_TIMEOUT) and not failures, failures

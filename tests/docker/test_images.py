@@ -1,4 +1,5 @@
-"""Building the sandbox images against a real engine, and the `sbx image` / `sbx policy` CLI."""
+"""Building the sandbox images against a real engine, and the `sandhold image` and `sandhold
+policy` commands."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class RecordingProgress:
         pass
 
 
-def _sbx(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _sandhold(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
         capture_output=True,
@@ -104,13 +105,16 @@ async def test_the_worker_image_imports_psutil_as_the_sandbox_user_without_netwo
 async def test_an_unpullable_base_image_falls_back_to_the_debootstrapped_base(
     docker_client: DockerClient, worker_image: ImageBuildResult
 ) -> None:
-    if not worker_image.base_image.startswith("sbx-base:"):
-        pytest.skip("this run's worker image is built on a given base, not on sbx-base")
-    suite = worker_image.base_image.removeprefix("sbx-base:")
+    if not worker_image.base_image.startswith("sandhold-base:"):
+        pytest.skip("this run's worker image is built on a given base, not on sandhold-base")
+    suite = worker_image.base_image.removeprefix("sandhold-base:")
     progress = RecordingProgress()
     with anyio.fail_after(WARM_TIMEOUT):
         result = await ensure_worker_image(
-            docker_client, base_image="sbx-test.invalid/nosuch:1", suite=suite, progress=progress
+            docker_client,
+            base_image="sandhold-test.invalid/nosuch:1",
+            suite=suite,
+            progress=progress,
         )
     assert result == ImageBuildResult(worker_image.tag, False, worker_image.base_image)
     assert any("could not pull" in line for line in progress.lines)
@@ -134,7 +138,7 @@ async def test_the_python_probe_leaves_no_container_behind(
         )
     assert target.version.startswith("3.")
     assert left == []
-    assert list((tmp_path / "sbx" / "python-probe").glob("*.json"))
+    assert list((tmp_path / "sandhold" / "python-probe").glob("*.json"))
 
 
 @pytest.mark.anyio
@@ -143,10 +147,10 @@ async def test_a_missing_debootstrap_names_the_package_to_install(
     docker_client: DockerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("SBX_BASE_IMAGE", raising=False)
+    monkeypatch.delenv("SANDHOLD_BASE_IMAGE", raising=False)
     monkeypatch.delenv("BASE_IMAGE", raising=False)
     with anyio.fail_after(WARM_TIMEOUT), pytest.raises(ImageToolMissingError) as caught:
-        await ensure_worker_image(docker_client, suite="sbx-test-nosuch")
+        await ensure_worker_image(docker_client, suite="sandhold-test-nosuch")
     assert caught.value.code == "invalid_argument"
     assert "debootstrap" in str(caught.value)
 
@@ -165,36 +169,36 @@ async def test_an_unreachable_engine_is_backend_unavailable(
     assert caught.value.code == "backend_unavailable"
 
 
-def test_sbx_image_build_prints_the_tag(worker_image: ImageBuildResult) -> None:
-    result = _sbx("image", "build", "--base-image", worker_image.base_image)
+def test_sandhold_image_build_prints_the_tag(worker_image: ImageBuildResult) -> None:
+    result = _sandhold("image", "build", "--base-image", worker_image.base_image)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == worker_image.tag
 
 
-def test_sbx_image_build_with_an_unreachable_engine_exits_2_on_one_line() -> None:
-    result = _sbx("image", "build", env={"DOCKER_HOST": UNREACHABLE})
+def test_sandhold_image_build_with_an_unreachable_engine_exits_2_on_one_line() -> None:
+    result = _sandhold("image", "build", env={"DOCKER_HOST": UNREACHABLE})
     assert result.returncode == 2
     assert result.stderr.startswith("error: backend_unavailable: ")
     assert result.stderr.count("\n") == 1
     assert "DOCKER_HOST" in result.stderr
 
 
-def test_sbx_policy_check_prints_the_policy_hash() -> None:
-    result = _sbx("policy", "check", "default")
+def test_sandhold_policy_check_prints_the_policy_hash() -> None:
+    result = _sandhold("policy", "check", "default")
     assert result.returncode == 0, result.stderr
     assert load_policy("default").hash in result.stdout
 
 
-def test_sbx_policy_check_json_carries_the_hash() -> None:
-    result = _sbx("policy", "check", "strict", "--json")
+def test_sandhold_policy_check_json_carries_the_hash() -> None:
+    result = _sandhold("policy", "check", "strict", "--json")
     assert result.returncode == 0, result.stderr
     assert f'"hash": "{load_policy("strict").hash}"' in result.stdout
 
 
-def test_sbx_policy_check_of_a_broken_file_exits_2_naming_the_key(tmp_path: Path) -> None:
+def test_sandhold_policy_check_of_a_broken_file_exits_2_naming_the_key(tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text('extends = "default"\n[resources]\nmemory_mb = "lots"\n')
-    result = _sbx("policy", "check", str(broken))
+    result = _sandhold("policy", "check", str(broken))
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: invalid_argument: {broken}: resources.memory_mb: ")
     assert result.stderr.count("\n") == 1
@@ -205,12 +209,12 @@ async def test_without_root_the_debootstrap_base_is_refused_naming_the_command_t
     docker_client: DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.delenv("SBX_BASE_IMAGE", raising=False)
+    monkeypatch.delenv("SANDHOLD_BASE_IMAGE", raising=False)
     monkeypatch.delenv("BASE_IMAGE", raising=False)
     with anyio.fail_after(WARM_TIMEOUT), pytest.raises(ImageToolMissingError) as caught:
-        await ensure_worker_image(docker_client, suite="sbx-test-nosuch")
+        await ensure_worker_image(docker_client, suite="sandhold-test-nosuch")
     assert caught.value.code == "invalid_argument"
-    assert "sudo sbx image build" in (caught.value.hint or "")
+    assert "sudo sandhold image build" in (caught.value.hint or "")
 
 
 @pytest.mark.anyio
@@ -220,7 +224,7 @@ async def test_a_failing_debootstrap_leaves_no_work_directory_behind(
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with anyio.fail_after(WARM_TIMEOUT), pytest.raises(ImageError) as caught:
-        await build_base_image(docker_client, suite="sbx-test-nosuch", progress=NullProgress())
+        await build_base_image(docker_client, suite="sandhold-test-nosuch", progress=NullProgress())
     assert caught.value.code == "internal"
     assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
 
@@ -270,10 +274,10 @@ async def test_a_failing_build_raises_an_image_error_with_the_last_build_lines(
 ) -> None:
     dockerfile = tmp_path / "Dockerfile.worker"
     dockerfile.write_text(
-        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo sbx-test-marker && exit 3\n"
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo sandhold-test-marker && exit 3\n"
     )
     monkeypatch.setattr("orchestrator.images.worker.worker_dockerfile", lambda: dockerfile)
     with anyio.fail_after(BUILD_TIMEOUT), pytest.raises(ImageError) as caught:
         await ensure_worker_image(docker_client, base_image=worker_image.base_image)
     assert type(caught.value) is ImageError
-    assert "sbx-test-marker" in (caught.value.hint or "")
+    assert "sandhold-test-marker" in (caught.value.hint or "")

@@ -1,6 +1,6 @@
-"""``sbx mcp --connect URL``: a stdio front that forwards to a running ``sbx serve``, driven by
-the official client as a client that starts one server per call does. Two consecutive front
-processes share a session (a variable the first sets, the second sees); the server's JSON-RPC
+"""``sandhold mcp --connect URL``: a stdio front that forwards to a running ``sandhold serve``,
+driven by the official client as a client that starts one server per call does. Two consecutive
+front processes share a session (a variable the first sets, the second sees); the server's JSON-RPC
 errors come through unchanged; a server that has gone answers ``backend_unavailable`` and the
 front keeps serving."""
 
@@ -26,12 +26,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 
 def front(url: str, key: str, *extra: str) -> StdioServerParameters:
-    """``sbx mcp --connect``: no image or engine settings, the key from the environment."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("SBX_")}
+    """``sandhold mcp --connect``: no image or engine settings, the key from the environment."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SANDHOLD_")}
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "orchestrator.cli", "mcp", "--connect", url, *extra],
-        env={**env, "SBX_API_KEY": key},
+        env={**env, "SANDHOLD_API_KEY": key},
     )
 
 
@@ -73,7 +73,7 @@ async def test_a_wrong_key_is_the_servers_unauthenticated_error(
 ) -> None:
     async with running(worker_image.tag, tmp_path) as server:
         with anyio.fail_after(SCENARIO_TIMEOUT):
-            async with Client(front(server.url, "sbx_not-a-key")) as client:
+            async with Client(front(server.url, "sandhold_not-a-key")) as client:
                 with pytest.raises(MCPError) as refused:
                     await client.call_tool("python_repl", {"operation": "list_sessions"})
                 data: Any = refused.value.data

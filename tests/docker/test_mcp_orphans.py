@@ -1,7 +1,7 @@
-"""A killed ``sbx mcp`` leaks nothing: the next ``sbx mcp`` on the same data directory re-adopts
-its sessions (REPL state included) and a clean stop of that one leaves no container; a second
-``sbx mcp`` running all along keeps its own session; and with no restart at all, the containers
-end themselves once their orphan grace has passed.
+"""A killed ``sandhold mcp`` leaks nothing: the next ``sandhold mcp`` on the same data directory
+re-adopts its sessions (REPL state included) and a clean stop of that one leaves no container; a
+second ``sandhold mcp`` running all along keeps its own session; and with no restart at all, the
+containers end themselves once their orphan grace has passed.
 
 The servers are driven with MCP's JSON-RPC lines directly: the test must own the process to
 ``kill -9`` it (the SDK's stdio client hides it).
@@ -30,7 +30,7 @@ from tests.conftest import RUN_ID, TEST_RUN_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
-CASE_LABEL = "sbx.test-case"
+CASE_LABEL = "sandhold.test-case"
 STARTUP_TIMEOUT = 60.0
 CALL_TIMEOUT = 60.0
 # A clean stop ends every session it holds (shielded, bounded by the orchestrator).
@@ -42,7 +42,7 @@ SESSIONS = 5
 
 
 class McpLines:
-    """One ``sbx mcp`` process spoken to in MCP's newline-delimited JSON-RPC."""
+    """One ``sandhold mcp`` process spoken to in MCP's newline-delimited JSON-RPC."""
 
     def __init__(self, process: Process) -> None:
         self.process = process
@@ -79,7 +79,7 @@ class McpLines:
             {
                 "protocolVersion": "2025-06-18",
                 "capabilities": {},
-                "clientInfo": {"name": "sbx-test", "version": "0"},
+                "clientInfo": {"name": "sandhold-test", "version": "0"},
             },
         )
         await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -95,13 +95,14 @@ class McpLines:
         if session_id is not None:
             args["session_id"] = session_id
         answer = await self.call("python_repl", **args)
-        assert answer["success"], answer
+        assert answer["success"], (answer.get("error_type"), answer.get("error_message"))
         return answer
 
 
 @asynccontextmanager
 async def mcp_server(env: dict[str, str], *args: str) -> AsyncIterator[McpLines]:
-    """A running ``sbx mcp``; on exit its stdin is closed (a clean stop) unless it was killed."""
+    """A running ``sandhold mcp``; on exit its stdin is closed (a clean stop) unless it was
+    killed."""
     process = await anyio.open_process(
         [sys.executable, "-m", "orchestrator.cli", "mcp", *args],
         env=env,
@@ -153,12 +154,12 @@ def case() -> str:
 @pytest.fixture
 def env(worker_image: ImageBuildResult, tmp_path: Path, case: str) -> dict[str, str]:
     """A fresh HOME (so a fresh data directory) shared by every server of the test."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SBX_", "XDG_DATA"))}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SANDHOLD_", "XDG_DATA"))}
     return {
         **environ,
         "HOME": str(tmp_path),
-        "SBX_IMAGE": worker_image.tag,
-        "SBX_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID},{CASE_LABEL}={case}",
+        "SANDHOLD_IMAGE": worker_image.tag,
+        "SANDHOLD_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID},{CASE_LABEL}={case}",
     }
 
 
@@ -184,7 +185,7 @@ async def test_a_new_mcp_re_adopts_a_killed_ones_sessions_and_a_second_keeps_its
         assert len(await anyio.to_thread.run_sync(running_containers, case)) == 1
         assert (await other.execute("y", session_id=mine))["result_repr"] == "'other'"
     assert await anyio.to_thread.run_sync(all_containers, case) == []
-    left = list((Path(env["HOME"]) / ".local/share/sbx/orchestrators/mcp").iterdir())
+    left = list((Path(env["HOME"]) / ".local/share/sandhold/orchestrators/mcp").iterdir())
     assert left == [], left
 
 
@@ -207,7 +208,7 @@ async def test_without_any_restart_a_killed_mcps_containers_end_after_their_grac
             while await anyio.to_thread.run_sync(running_containers, case):  # noqa: ASYNC110
                 await anyio.sleep(0.5)
     finally:
-        # Stopped, they hold no memory and run nothing; the next sbx start would remove them
+        # Stopped, they hold no memory and run nothing; the next sandhold start would remove them
         # (the test above shows that path). Here the test removes what it made.
         await anyio.to_thread.run_sync(remove_all, case)
 

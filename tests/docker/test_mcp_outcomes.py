@@ -1,5 +1,5 @@
 """What user code did is a completed call; only a failure of the call itself is an MCP tool error
-(``isError``). Over ``sbx mcp`` with the official client: two failing cells in a row and a cell
+(``isError``). Over ``sandhold mcp`` with the official client: two failing cells in a row and a cell
 that times out answer ``isError: false`` with ``success: false`` and the exception or
 ``timed_out``, and the session keeps its state; a wrong argument or an unknown session is
 ``isError: true``."""

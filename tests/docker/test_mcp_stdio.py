@@ -1,4 +1,4 @@
-"""``sbx mcp`` driven by the MCP SDK's own client over stdio, against real containers: the tool
+"""``sandhold mcp`` driven by the MCP SDK's own client over stdio, against real containers: the tool
 listing, the issue's scenario, a wrong argument, and teardown on EOF and on SIGTERM.
 
 The scenario helpers here are shared with the HTTP test (``test_mcp_http.py``)."""
@@ -131,9 +131,9 @@ def containers_of(orchestrator_id: str) -> list[str]:
 def server_env(image: str, orchestrator_id: str) -> dict[str, str]:
     return {
         **os.environ,
-        "SBX_IMAGE": image,
-        "SBX_ORCHESTRATOR_ID": orchestrator_id,
-        "SBX_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID}",
+        "SANDHOLD_IMAGE": image,
+        "SANDHOLD_ORCHESTRATOR_ID": orchestrator_id,
+        "SANDHOLD_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID}",
     }
 
 
@@ -214,7 +214,7 @@ def initialize_params() -> dict[str, Any]:
     return {
         "protocolVersion": "2025-06-18",
         "capabilities": {},
-        "clientInfo": {"name": "sbx-test", "version": "0"},
+        "clientInfo": {"name": "sandhold-test", "version": "0"},
     }
 
 

@@ -1,4 +1,4 @@
-"""A model that sees only the text content can carry a session on: driven over ``sbx mcp`` with
+"""A model that sees only the text content can carry a session on: driven over ``sandhold mcp`` with
 the official client, reading nothing but ``content[0].text``, it finds every id, the output, file
 content and listings, and the error type and message; a large output goes out in full once."""
 

@@ -1,6 +1,6 @@
-"""``sbx policy test`` against real sandboxes: the shipped suites pass against the shipped
+"""``sandhold policy test`` against real sandboxes: the shipped suites pass against the shipped
 policies, and a deliberately loosened default fails them with a readable table and JUnit XML
-naming the failing cases, which ``sbx policy diff`` shows as the loosening it is."""
+naming the failing cases, which ``sandhold policy diff`` shows as the loosening it is."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ SUITES = POLICIES / "tests"
 SUITE_TIMEOUT = 900
 
 
-def sbx(*args: str, image: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, SBX_EXTRA_LABELS=f"{TEST_RUN_LABEL}={RUN_ID}", COLUMNS="200")
+def sandhold(*args: str, image: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SANDHOLD_EXTRA_LABELS=f"{TEST_RUN_LABEL}={RUN_ID}", COLUMNS="200")
     if image:
-        env["SBX_IMAGE"] = image
+        env["SANDHOLD_IMAGE"] = image
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
         capture_output=True,
@@ -67,7 +67,7 @@ def test_the_shipped_suites_pass_against_the_shipped_policies(
     worker_image: ImageBuildResult, tmp_path: Path
 ) -> None:
     report = tmp_path / "junit.xml"
-    result = sbx(
+    result = sandhold(
         "policy", "test", "policies/", "--cases", "policies/tests/", "--junit", str(report),
         image=worker_image.tag,
     )  # fmt: skip
@@ -84,7 +84,7 @@ def test_a_loosened_default_fails_with_a_table_and_junit_naming_the_failing_case
 ) -> None:
     loosened_default(tmp_path / "policies")
     report = tmp_path / "junit.xml"
-    result = sbx(
+    result = sandhold(
         "policy", "test", str(tmp_path / "policies"), "--cases", "policies/tests/",
         "--junit", str(report),
         image=worker_image.tag,
@@ -113,7 +113,7 @@ def test_a_loosened_default_fails_with_a_table_and_junit_naming_the_failing_case
 
 def test_diff_shows_the_loosening_riskiest_first(tmp_path: Path) -> None:
     loosened = loosened_default(tmp_path)
-    result = sbx("policy", "diff", "default", str(loosened), "--json")
+    result = sandhold("policy", "diff", "default", str(loosened), "--json")
     assert result.returncode == 0, result.stderr
     changes = json.loads(result.stdout)["changes"]
     assert changes[0] == {
@@ -128,7 +128,7 @@ def test_diff_shows_the_loosening_riskiest_first(tmp_path: Path) -> None:
     assert len(denied) == 3 and {c["direction"] for c in denied} == {"loosened"}
     assert {c["direction"] for c in changes} == {"loosened"}
 
-    gate = sbx("policy", "diff", "default", str(loosened), "--fail-on", "high")
+    gate = sandhold("policy", "diff", "default", str(loosened), "--fail-on", "high")
     assert gate.returncode == 1
     assert "import of 'os' now allowed" in gate.stdout
 

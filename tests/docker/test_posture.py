@@ -101,8 +101,8 @@ async def test_the_engine_shows_the_host_config_the_policy_asks_for(
     assert not info.get("Mounts")
     assert not host.get("Devices")
     labels = config["Labels"]
-    assert labels["sbx.policy-hash"] == policy.hash
-    assert {"sbx.session", "sbx.tenant", "sbx.orchestrator"} <= set(labels)
+    assert labels["sandhold.policy-hash"] == policy.hash
+    assert {"sandhold.session", "sandhold.tenant", "sandhold.orchestrator"} <= set(labels)
 
 
 def _tight(policy: Policy, **resources: int) -> Policy:

@@ -144,7 +144,7 @@ async def test_an_output_flood_keeps_the_log_within_its_cap(
     started = await procs.start("yes 0123456789 | head -n 3000000; echo done")
     await wait_for(procs, started.process_id, lambda info: info.state == "exited")
 
-    log = f"/tmp/.sbx/procs/{started.process_id}.log"
+    log = f"/tmp/.sandhold/procs/{started.process_id}.log"
     size = await run_python(
         docker_backend, container_id, f"import os;print(os.path.getsize({log!r}))"
     )

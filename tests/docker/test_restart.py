@@ -1,4 +1,4 @@
-"""``kill -9`` of a working ``sbx serve``, then a restart on the same registry: the sessions it
+"""``kill -9`` of a working ``sandhold serve``, then a restart on the same registry: the sessions it
 knew are re-adopted with their REPL state, code history and background processes; the orphans
 (its terminals, a half-warmed pool) are gone; nothing else of its orchestrator id is left. And a
 ``--keep-sessions`` stop leaves sessions for the next start the same way."""
@@ -190,7 +190,7 @@ async def test_a_second_server_on_the_same_registry_is_refused(
         env = serve_env(worker_image.tag, data_dir, server.orchestrator_id)
         second = await anyio.run_process(SERVE, env=env, check=False)
         assert second.returncode == 2
-        assert b"in use by another running sbx" in second.stderr, second.stderr
+        assert b"in use by another running sandhold" in second.stderr, second.stderr
         server.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(STOP_TIMEOUT):
             await server.process.wait()

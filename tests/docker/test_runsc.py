@@ -166,7 +166,7 @@ async def test_the_engine_runs_the_session_under_runsc_with_the_host_config_of_t
     assert host["PidsLimit"] == res.pids
     assert host["Init"] is True
     assert not host.get("Binds") and not info.get("Mounts") and not host.get("Devices")
-    assert info["Config"]["Labels"]["sbx.policy-hash"] == gvisor.hash
+    assert info["Config"]["Labels"]["sandhold.policy-hash"] == gvisor.hash
 
 
 async def test_inside_the_session_the_kernel_is_gvisor_and_not_the_hosts(
@@ -229,7 +229,7 @@ print(seen)
     strict=True,
     reason="runsc 20221219 applies the container's seccomp profile (only with --oci-seccomp) to "
     "the container's first process and its children, never to `docker exec`'d processes, where "
-    "sbx runs all code; gVisor's own kernel is the syscall boundary there",
+    "sandhold runs all code; gVisor's own kernel is the syscall boundary there",
 )
 async def test_the_default_seccomp_profile_filters_syscalls_in_execs_inside_gvisor_too(
     gvisor: Policy, docker_backend: DockerBackend, make_container: ContainerFactory

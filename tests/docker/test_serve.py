@@ -1,4 +1,4 @@
-"""``sbx serve`` as a person runs it: a subprocess on a free loopback port, its printed address
+"""``sandhold serve`` as a person runs it: a subprocess on a free loopback port, its printed address
 and key, one execute with that key, and SIGTERM ending it in bounded time with no container
 left. Bad start-up input fails at once with the one-line error and exit status 2."""
 
@@ -47,10 +47,10 @@ class Server:
 def serve_env(image: str, data_dir: Path, orchestrator_id: str) -> dict[str, str]:
     return {
         **os.environ,
-        "SBX_IMAGE": image,
-        "SBX_ORCHESTRATOR_ID": orchestrator_id,
-        "SBX_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID}",
-        "SBX_DATA_DIR": str(data_dir),
+        "SANDHOLD_IMAGE": image,
+        "SANDHOLD_ORCHESTRATOR_ID": orchestrator_id,
+        "SANDHOLD_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID}",
+        "SANDHOLD_DATA_DIR": str(data_dir),
     }
 
 
@@ -62,7 +62,7 @@ async def running(
     data_dir: Path | None = None,
     orchestrator_id: str | None = None,
 ) -> AsyncIterator[Server]:
-    """``sbx serve`` started and its start-up lines read; killed if a test leaves it up."""
+    """``sandhold serve`` started and its start-up lines read; killed if a test leaves it up."""
     orchestrator_id = orchestrator_id or f"test-serve-{RUN_ID}-{secrets.token_hex(4)}"
     env = serve_env(image, data_dir or tmp_path / "data", orchestrator_id)
     with (tmp_path / f"{orchestrator_id}.stderr").open("wb") as stderr:
@@ -75,7 +75,7 @@ async def running(
             with anyio.fail_after(STARTUP_TIMEOUT):
                 async for chunk in TextReceiveStream(process.stdout):
                     text += chunk
-                    if len(re.findall(r"^sbx: .*\n", text, re.MULTILINE)) >= 3:
+                    if len(re.findall(r"^sandhold: .*\n", text, re.MULTILINE)) >= 3:
                         break
             found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", text)
             assert found, text

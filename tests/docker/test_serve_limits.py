@@ -1,5 +1,5 @@
-"""``sbx serve`` under an unauthenticated flood, as a subprocess on loopback: tens of thousands of
-idle and half-open connections leave a legitimate request its normal latency and the log small;
+"""``sandhold serve`` under an unauthenticated flood, as a subprocess on loopback: tens of thousands
+of idle and half-open connections leave a legitimate request its normal latency and the log small;
 wrong keys past the budget are answered 429 and audited; a tenant past its stream limit gets
 429. Every client address is a loopback one (127.0.0.0/8)."""
 
@@ -86,7 +86,7 @@ async def _drain(process: anyio.abc.Process, into: bytearray, started: anyio.Eve
     assert process.stdout is not None
     async for chunk in process.stdout:
         into += chunk
-        if not started.is_set() and len(re.findall(rb"^sbx: .*\n", into, re.MULTILINE)) >= 3:
+        if not started.is_set() and len(re.findall(rb"^sandhold: .*\n", into, re.MULTILINE)) >= 3:
             started.set()
 
 
@@ -94,7 +94,7 @@ async def _drain(process: anyio.abc.Process, into: bytearray, started: anyio.Eve
 async def serving(
     image: str, tmp_path: Path, *args: str, descriptors: int | None = None, **env: str
 ) -> AsyncIterator[Served]:
-    """``sbx serve ARGS`` (with at most ``descriptors`` open, soft and hard), started; stopped
+    """``sandhold serve ARGS`` (with at most ``descriptors`` open, soft and hard), started; stopped
     with SIGTERM at the end."""
     orchestrator_id = f"test-limits-{RUN_ID}-{secrets.token_hex(4)}"
     data_dir = tmp_path / "data"
@@ -276,12 +276,12 @@ async def test_wrong_keys_past_the_budget_are_answered_429_counted_and_audited(
         tmp_path,
         "--auth-failures-per-minute",
         budget,
-        SBX_AUDIT_DIR=str(audit_dir),
+        SANDHOLD_AUDIT_DIR=str(audit_dir),
     ) as server:
         with anyio.fail_after(CALL_TIMEOUT):
-            flood = await wrong_key_statuses(server.url, "127.0.0.3", "sbx_wrong", 300)
+            flood = await wrong_key_statuses(server.url, "127.0.0.3", "sandhold_wrong", 300)
             valid = await wrong_key_statuses(server.url, "127.0.0.3", server.key, 1)
-            elsewhere = await wrong_key_statuses(server.url, "127.0.0.4", "sbx_wrong", 1)
+            elsewhere = await wrong_key_statuses(server.url, "127.0.0.4", "sandhold_wrong", 1)
     statuses = [response.status_code for response in flood]
     # The budget refills a token every 12 s: a slow run may earn one more.
     assert statuses[:5] == [401] * 5 and statuses.count(401) <= 6

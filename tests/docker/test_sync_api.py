@@ -14,18 +14,18 @@ pytestmark = pytest.mark.docker
 def test_the_sync_orchestrator_runs_the_scenario_and_cleans_up(
     worker_image: ImageBuildResult,
 ) -> None:
-    with SyncOrchestrator(config(worker_image.tag)) as sbx:
-        first = sbx.execute("x = 20\nx + 1")
+    with SyncOrchestrator(config(worker_image.tag)) as sandhold:
+        first = sandhold.execute("x = 20\nx + 1")
         assert first.result_repr == "21"
-        shell = sbx.call(
+        shell = sandhold.call(
             "terminal", {"operation": "run", "command": "echo hi", "session_id": first.session_id}
         )
         assert shell.structured["stdout"] == "hi\n"
-        wrong = sbx.call("python_repl", {"operation": "execute"})
+        wrong = sandhold.call("python_repl", {"operation": "execute"})
         assert wrong.structured["error_type"] == "invalid_argument"
-        assert len(sbx.list_sessions()) == 1
-        assert sbx.destroy(first.session_id) is True
-        second = sbx.execute("1")
+        assert len(sandhold.list_sessions()) == 1
+        assert sandhold.destroy(first.session_id) is True
+        second = sandhold.execute("1")
     assert second.success
     with pytest.raises(RuntimeError, match="context manager"):
-        sbx.execute("1")
+        sandhold.execute("1")

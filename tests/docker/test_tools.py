@@ -199,11 +199,11 @@ async def test_a_pty_program_that_asks_for_input_is_answered_through_write(
     )
     tid = started["terminal_id"]
     assert "name?" in started["output"]
-    await ok(orch, "terminal", operation="write", terminal_id=tid, input_text="sbx\n")
+    await ok(orch, "terminal", operation="write", terminal_id=tid, input_text="sandhold\n")
     seen = started["output"]
     cursor = started["next_offset"]
     with anyio.fail_after(20):
-        while "hi sbx" not in seen:
+        while "hi sandhold" not in seen:
             waited = await ok(
                 orch,
                 "terminal",

@@ -1,7 +1,7 @@
 """A result holding lone surrogates (text no UTF-8 encoder accepts) reaches the caller over every
 interface, with each replaced by U+FFFD and ``unicode_replaced`` set, and the server and the
-caller's other sessions keep working: the Python API, ``sbx mcp`` (stdio) with the official
-client, and ``sbx serve``'s REST API and ``/mcp``."""
+caller's other sessions keep working: the Python API, ``sandhold mcp`` (stdio) with the official
+client, and ``sandhold serve``'s REST API and ``/mcp``."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ async def _mcp_cells_then_other_session(client: Client) -> None:
     assert again["result_repr"] == "2"
 
 
-async def test_sbx_mcp_answers_lone_surrogates_and_keeps_serving(
+async def test_sandhold_mcp_answers_lone_surrogates_and_keeps_serving(
     worker_image: ImageBuildResult,
 ) -> None:
     with anyio.fail_after(SCENARIO_TIMEOUT):
@@ -102,7 +102,7 @@ async def test_sbx_mcp_answers_lone_surrogates_and_keeps_serving(
             assert (await ok(client, "python_repl", operation="list_sessions"))["count"] == 4
 
 
-async def test_sbx_mcp_answers_a_lone_surrogate_in_the_arguments_and_keeps_serving(
+async def test_sandhold_mcp_answers_a_lone_surrogate_in_the_arguments_and_keeps_serving(
     worker_image: ImageBuildResult,
 ) -> None:
     """The SDK's client cannot send one; a raw frame can, as ``\\ud800`` in its JSON. The SDK
@@ -133,7 +133,7 @@ async def test_sbx_mcp_answers_a_lone_surrogate_in_the_arguments_and_keeps_servi
             await process.aclose()
 
 
-async def test_sbx_serve_answers_lone_surrogates_over_rest_and_mcp_and_keeps_serving(
+async def test_sandhold_serve_answers_lone_surrogates_over_rest_and_mcp_and_keeps_serving(
     worker_image: ImageBuildResult, tmp_path: Path
 ) -> None:
     async with running(worker_image.tag, tmp_path) as server:

@@ -68,7 +68,7 @@ FAKES = {
 }
 
 
-FAKE_MARKER = "sbx-fake-worker"
+FAKE_MARKER = "sandhold-fake-worker"
 
 
 def processes_matching(marker: str) -> list[str]:

@@ -95,7 +95,7 @@ async def test_a_stranger_on_the_workers_socket_is_not_adopted(
     await first.start()
     squat = (
         "import os, socket, json, subprocess, sys\n"
-        "path = f'/tmp/.sbx/repl.{os.getpid()}.sock'\n"
+        "path = f'/tmp/.sandhold/repl.{os.getpid()}.sock'\n"
         "code = ('import socket, os, json, time\\n'\n"
         "        f'p = {path!r}\\n'\n"
         "        'os.unlink(p); s = socket.socket(socket.AF_UNIX); s.bind(p); s.listen(1)\\n'\n"

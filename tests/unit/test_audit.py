@@ -1,4 +1,5 @@
-"""The audit log: a hash chain of JSON lines that ``verify`` (and ``sbx audit verify``) checks."""
+"""The audit log: a hash chain of JSON lines that ``verify`` (and ``sandhold audit verify``)
+checks."""
 
 from __future__ import annotations
 
@@ -366,14 +367,14 @@ async def test_opening_a_log_whose_last_record_was_edited_is_refused(tmp_path: P
         await AuditLog.open(tmp_path)
 
 
-def _sbx_audit_verify(path: Path) -> subprocess.CompletedProcess[str]:
+def _sandhold_audit_verify(path: Path) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "orchestrator.cli", "audit", "verify", str(path)]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
 def test_the_cli_says_ok_with_count_and_hash_for_a_whole_log(tmp_path: Path) -> None:
     head = _make_log(tmp_path, 3)
-    result = _sbx_audit_verify(tmp_path)
+    result = _sandhold_audit_verify(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK: 4 records" in result.stdout
     assert head in result.stdout
@@ -386,6 +387,6 @@ def test_the_cli_exits_1_naming_the_tampered_line(tmp_path: Path) -> None:
     lines[2] = lines[2].replace('"tool":"python_repl"', '"tool":"terminal"')
     segment.write_text("".join(lines))
     for target in (tmp_path, segment):
-        result = _sbx_audit_verify(target)
+        result = _sandhold_audit_verify(target)
         assert result.returncode == 1, result.stdout + result.stderr
         assert f"{SEGMENT_1} line 3 (seq 2): edited" in result.stdout

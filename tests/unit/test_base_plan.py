@@ -62,7 +62,7 @@ def test_a_missing_debootstrap_is_installed_with_apt_get_when_root() -> None:
 
 @pytest.mark.parametrize(
     ("tools", "fix"),
-    [(NOT_ROOT, "sudo sbx image build"), (ROOT_WITHOUT_APT, "--base-image")],
+    [(NOT_ROOT, "sudo sandhold image build"), (ROOT_WITHOUT_APT, "--base-image")],
 )
 def test_with_neither_the_last_step_is_an_error_naming_the_fix(tools: HostTools, fix: str) -> None:
     last = plan(tools)[-1]
@@ -73,10 +73,10 @@ def test_with_neither_the_last_step_is_an_error_naming_the_fix(tools: HostTools,
 
 
 def test_an_image_the_engine_has_is_used_without_pulling() -> None:
-    assert plan(ROOT_WITH_APT, local=frozenset({"sbx-base:bookworm"})) == (
-        UseLocal("sbx-base:bookworm"),
+    assert plan(ROOT_WITH_APT, local=frozenset({"sandhold-base:bookworm"})) == (
+        UseLocal("sandhold-base:bookworm"),
     )
-    both = frozenset({"sbx-base:bookworm", PINNED_PYTHON_IMAGE})
+    both = frozenset({"sandhold-base:bookworm", PINNED_PYTHON_IMAGE})
     assert plan(NOT_ROOT, local=both) == (UseLocal(PINNED_PYTHON_IMAGE),)
 
 

@@ -1,5 +1,6 @@
 """The host package declares what it imports, and imports nothing it does not declare: a fresh
-``pip install`` of sbx is enough to run it (psutil, for one, is only the worker's, in the image)."""
+``pip install`` of sandhold is enough to run it (psutil, for one, is only the worker's, in the
+image)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_psutil_is_not_a_runtime_dependency_and_the_cli_does_not_import_it() -> 
     assert result.stdout.strip() == "False", result.stderr
 
 
-def test_sbx_version_prints_the_installed_version() -> None:
+def test_sandhold_version_prints_the_installed_version() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "--version"],
         capture_output=True,
@@ -67,4 +68,4 @@ def test_sbx_version_prints_the_installed_version() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"sbx {importlib.metadata.version('sbx')}"
+    assert result.stdout.strip() == f"sandhold {importlib.metadata.version('sandhold')}"

@@ -1,6 +1,7 @@
-"""The HTTP server's connection handling, on a real loopback listener made as ``sbx serve`` makes
-it (``socket.create_server``, whose ``proto`` is 0): no engine needed, the app is a stub. The
-limits under a flood are tested against ``sbx serve`` itself (tests/docker/test_serve_limits.py)."""
+"""The HTTP server's connection handling, on a real loopback listener made as ``sandhold serve``
+makes it (``socket.create_server``, whose ``proto`` is 0): no engine needed, the app is a stub. The
+limits under a flood are tested against ``sandhold serve`` itself
+(tests/docker/test_serve_limits.py)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def test_moving_bytes_between_inputs_changes_the_hash() -> None:
 
 
 def test_the_tag_carries_sixteen_hex_digits_of_the_hash() -> None:
-    assert worker_tag(_hash()) == f"sbx-worker:{_hash()[:16]}"
+    assert worker_tag(_hash()) == f"sandhold-worker:{_hash()[:16]}"
 
 
 def test_worker_files_are_python_sources_by_relative_path_without_caches(tmp_path: Path) -> None:

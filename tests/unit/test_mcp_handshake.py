@@ -1,6 +1,6 @@
-"""The ``initialize`` answer ``sbx mcp`` gives before importing the MCP SDK is the SDK's own: for
-every version it answers early, each server (``sbx mcp`` and the ``--connect`` front) gives the
-SDK the same request and gets back exactly the same frame. Any other first frame is left to the
+"""The ``initialize`` answer ``sandhold mcp`` gives before importing the MCP SDK is the SDK's own:
+for every version it answers early, each server (``sandhold mcp`` and the ``--connect`` front) gives
+the SDK the same request and gets back exactly the same frame. Any other first frame is left to the
 SDK. In-process, with the SDK's server on memory streams (no engine needed)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from orchestrator.mcp_server.forward import RemoteSbx, build_forwarding_server
+from orchestrator.mcp_server.forward import RemoteSandhold, build_forwarding_server
 from orchestrator.mcp_server.handshake import (
     EARLY_VERSIONS,
     answer_initialize_early,
@@ -38,7 +38,7 @@ class NoCalls:
 def servers() -> dict[str, Server[Any]]:
     return {
         "mcp": build_mcp_server(NoCalls(), tenant=lambda: "local"),
-        "connect": build_forwarding_server(RemoteSbx("http://127.0.0.1:9", key="k")),
+        "connect": build_forwarding_server(RemoteSandhold("http://127.0.0.1:9", key="k")),
     }
 
 

@@ -105,7 +105,7 @@ def test_a_malformed_env_is_refused(env: Any) -> None:
         caller_env(env)
 
 
-@pytest.mark.parametrize("name", ["HOME", "PATH", "SBX_WORKER_CONFIG"])
+@pytest.mark.parametrize("name", ["HOME", "PATH", "SANDHOLD_WORKER_CONFIG"])
 def test_an_env_may_not_replace_the_sandbox_plumbing(name: str) -> None:
     with pytest.raises(InvalidArgumentError):
         caller_env({name: "/tmp"})

@@ -49,9 +49,9 @@ class WorkerProcess:
     """A worker subprocess with its protocol on our pipes."""
 
     def __init__(self, config: dict[str, Any] | None) -> None:
-        env = {key: value for key, value in os.environ.items() if key != "SBX_WORKER_CONFIG"}
+        env = {key: value for key, value in os.environ.items() if key != "SANDHOLD_WORKER_CONFIG"}
         if config is not None:
-            env["SBX_WORKER_CONFIG"] = json.dumps(config)
+            env["SANDHOLD_WORKER_CONFIG"] = json.dumps(config)
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(WORKER)],
             stdin=subprocess.PIPE,

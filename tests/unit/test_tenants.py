@@ -44,7 +44,7 @@ def test_a_key_is_stored_as_its_sha256() -> None:
 def test_new_keys_are_long_and_distinct() -> None:
     keys = {new_key() for _ in range(100)}
     assert len(keys) == 100
-    assert all(len(k) >= 40 and k.startswith("sbx_") for k in keys)
+    assert all(len(k) >= 40 and k.startswith("sandhold_") for k in keys)
 
 
 def test_each_key_names_its_own_tenant(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_each_key_names_its_own_tenant(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "presented", ["", "short", new_key(), "x" * 10_000, "sbx_\udc80" + "a" * 40]
+    "presented", ["", "short", new_key(), "x" * 10_000, "sandhold_\udc80" + "a" * 40]
 )
 def test_a_wrong_key_names_no_tenant(presented: str) -> None:
     assert TenantKeys.single("t", new_key()).tenant_for(presented) is None
@@ -109,7 +109,7 @@ def test_a_missing_tenants_file_is_named(tmp_path: Path) -> None:
 
 
 def test_the_local_key_is_made_once_with_mode_0600_and_then_reused(tmp_path: Path) -> None:
-    directory = tmp_path / "data" / "sbx"
+    directory = tmp_path / "data" / "sandhold"
     keys, key, created = local_tenant(directory)
     assert created and keys.tenant_for(key) == LOCAL_TENANT
     path = directory / LOCAL_KEY_FILE
@@ -148,9 +148,9 @@ def test_a_symlinked_local_key_file_is_not_followed(tmp_path: Path) -> None:
 
 
 def test_the_data_directory_follows_the_environment(tmp_path: Path) -> None:
-    assert data_dir({"SBX_DATA_DIR": "/a", "XDG_DATA_HOME": "/b"}) == Path("/a")
-    assert data_dir({"XDG_DATA_HOME": "/b"}) == Path("/b/sbx")
-    assert data_dir({}) == Path.home() / ".local" / "share" / "sbx"
+    assert data_dir({"SANDHOLD_DATA_DIR": "/a", "XDG_DATA_HOME": "/b"}) == Path("/a")
+    assert data_dir({"XDG_DATA_HOME": "/b"}) == Path("/b/sandhold")
+    assert data_dir({}) == Path.home() / ".local" / "share" / "sandhold"
 
 
 # -- policies and quotas ------------------------------------------------------------------------
@@ -236,3 +236,18 @@ def test_an_unknown_quota_is_reported_as_an_unknown_key(tmp_path: Path) -> None:
     with pytest.raises(TenantsFileError) as caught:
         load_tenants_file(path)
     assert caught.value.reason == "unknown key"
+
+
+def test_the_data_directory_of_the_old_name_is_moved_once_and_kept(tmp_path: Path) -> None:
+    from orchestrator._core.tenants import LEGACY_DATA_DIR_NAME, migrate_legacy_data_dir
+
+    legacy = tmp_path / LEGACY_DATA_DIR_NAME
+    legacy.mkdir()
+    (legacy / "registry.db").write_text("kept")
+    env = {"XDG_DATA_HOME": str(tmp_path)}
+    assert migrate_legacy_data_dir(env) == tmp_path / "sandhold"
+    assert (tmp_path / "sandhold" / "registry.db").read_text() == "kept"
+    assert not legacy.exists()
+    legacy.mkdir()  # an old one appearing again beside the new one is left alone
+    assert migrate_legacy_data_dir(env) is None
+    assert migrate_legacy_data_dir({**env, "SANDHOLD_DATA_DIR": str(tmp_path / "x")}) is None

@@ -157,7 +157,7 @@ def test_openai_agents_converts_every_input_schema_to_strict_mode(tool: Tool) ->
     listed = types.Tool(
         name=tool.name, description=tool.description, input_schema=tool.input_schema()
     )
-    server = MCPServerStdio(params={"command": "sbx", "args": ["mcp"]})  # never started
+    server = MCPServerStdio(params={"command": "sandhold", "args": ["mcp"]})  # never started
     converted = MCPUtil.to_function_tool(listed, server, convert_schemas_to_strict=True)
     assert converted.strict_json_schema is True
     strict = converted.params_json_schema

@@ -1,6 +1,6 @@
-"""The one place sbx calls the Docker SDK. The SDK is blocking, so every call runs in a worker
+"""The one place sandhold calls the Docker SDK. The SDK is blocking, so every call runs in a worker
 thread under a capacity limiter (a burst of sessions must not spawn a thread per call), and every
-SDK or transport error is translated here into the sbx error tree."""
+SDK or transport error is translated here into the sandhold error tree."""
 
 from __future__ import annotations
 
@@ -24,7 +24,12 @@ from orchestrator.backend.docker._endpoint import (
     endpoint_of,
     engine_kwargs,
 )
-from orchestrator.errors import BackendError, BackendUnavailableError, OrchestratorError
+from orchestrator.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ContainerNotFoundError,
+    OrchestratorError,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -36,13 +41,13 @@ DEFAULT_API_TIMEOUT = 60.0
 ENGINE_HINT = "is the Docker engine running, and may this user reach its socket (DOCKER_HOST)?"
 
 
-class NotFoundError(BackendError):
-    """The engine has no such container, exec or image, or the container no longer runs."""
+# The engine-neutral error, under the name this package's callers (images/) have always used.
+NotFoundError = ContainerNotFoundError
 
 
 @contextlib.contextmanager
 def translate_docker_errors() -> Iterator[None]:
-    """Map every Docker SDK / transport failure onto the sbx error tree, exactly once."""
+    """Map every Docker SDK / transport failure onto the sandhold error tree, exactly once."""
     try:
         yield
     except OrchestratorError:

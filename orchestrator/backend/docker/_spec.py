@@ -17,10 +17,10 @@ MIB = 1024 * 1024
 # are a few hundred KiB of a session's memory.
 ORPHAN_WATCHDOG = """
 command -v flock >/dev/null 2>&1 || exec sleep infinity
-grace=$1 step=$2 free=0
+grace=$1 step=$2 free=0 lease=/tmp/.sandhold-host-lease
 while :; do
   sleep "$step"
-  if flock -n -x /tmp/.sbx-host-lease true 2>/dev/null; then free=$((free + step)); else free=0; fi
+  if flock -n -x "$lease" true 2>/dev/null; then free=$((free + step)); else free=0; fi
   [ "$free" -ge "$grace" ] && exit 0
 done
 """
@@ -45,7 +45,7 @@ def _tmpfs(size_mb: int, *, mode: str, owned: bool) -> str:
 def watchdog_command(grace_s: float) -> list[str]:
     grace = max(1, int(grace_s))
     step = max(1, min(MAX_WATCHDOG_STEP_S, grace // 10))
-    return ["sh", "-c", ORPHAN_WATCHDOG, "sbx-watchdog", str(grace), str(step)]
+    return ["sh", "-c", ORPHAN_WATCHDOG, "sandhold-watchdog", str(grace), str(step)]
 
 
 def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:

@@ -8,18 +8,20 @@ every path that fails after it was created, so a failed create never leaks one.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from orchestrator.backend.base import (
     SANDBOX_UID,
-    STDERR,
     ContainerSpec,
     ContainerState,
     ContainerSummary,
     ExecResult,
     ExecSpec,
+    check_exec_spec,
+    run_to_completion,
 )
 from orchestrator.backend.docker._attach import AttachedExec
 from orchestrator.backend.docker._client import DockerClient, NotFoundError
@@ -31,6 +33,9 @@ REMOVE_TIMEOUT = 30.0
 
 
 class DockerBackend:
+    """``Backend`` on a Docker Engine. ``client`` is the SDK wrapper, for the Docker-only callers
+    (image builds, the tests of this backend); everyone else goes through the protocol."""
+
     def __init__(self, client: DockerClient | None = None) -> None:
         self.client = client or DockerClient()
         self._runtimes: frozenset[str] | None = None
@@ -40,6 +45,9 @@ class DockerBackend:
             info = await self.client.call(lambda sdk: sdk.info())
             self._runtimes = frozenset((info.get("Runtimes") or {}).keys())
         return self._runtimes
+
+    async def ping(self) -> None:
+        await self.client.ping()
 
     async def create_container(self, spec: ContainerSpec) -> str:
         """Create and start a session container; on any failure nothing is left behind."""
@@ -98,17 +106,17 @@ class DockerBackend:
         )
         return result
 
-    async def list_containers(self, labels: dict[str, str]) -> list[str]:
+    async def list_containers(self, labels: Mapping[str, str]) -> list[str]:
         filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
         found = await self.client.call(
             lambda sdk: sdk.api.containers(all=True, quiet=True, filters=filters)
         )
         return [str(entry["Id"]) for entry in found]
 
-    async def describe_containers(self, labels: list[str]) -> list[ContainerSummary]:
+    async def describe_containers(self, labels: Sequence[str]) -> list[ContainerSummary]:
         """Containers carrying every label filter (``key`` or ``key=value``), as the engine lists
         them: id, labels, state, creation time."""
-        filters = {"label": labels}
+        filters = {"label": list(labels)}
         found = await self.client.call(lambda sdk: sdk.api.containers(all=True, filters=filters))
         return [
             ContainerSummary(
@@ -121,7 +129,7 @@ class DockerBackend:
         ]
 
     async def open_exec(self, container_id: str, spec: ExecSpec) -> AttachedExec:
-        _check_exec_spec(spec)
+        check_exec_spec(spec)
         env = {**FIXED_ENV, **spec.env}
         created = await self.client.call(
             lambda sdk: sdk.api.exec_create(
@@ -155,22 +163,9 @@ class DockerBackend:
         self, container_id: str, spec: ExecSpec, *, timeout: float, max_output_bytes: int
     ) -> ExecResult:
         """Run to completion with stdin closed; output beyond the cap is counted, not kept."""
-        stream = await self.open_exec(container_id, spec)
-        out, err = bytearray(), bytearray()
-        truncated = timed_out = False
-        try:
-            await stream.send_eof()
-            with anyio.move_on_after(timeout) as scope:
-                while (chunk := await stream.receive()) is not None:
-                    target = err if chunk[0] == STDERR else out
-                    room = max_output_bytes - len(target)
-                    truncated |= len(chunk[1]) > room
-                    target += chunk[1][: max(room, 0)]
-            timed_out = scope.cancelled_caught
-        finally:
-            await stream.aclose()
-        exit_code = None if timed_out else await self.wait_exec_exit(stream.exec_id, timeout=5.0)
-        return ExecResult(exit_code, bytes(out), bytes(err), truncated, timed_out)
+        return await run_to_completion(
+            self, container_id, spec, timeout=timeout, max_output_bytes=max_output_bytes
+        )
 
     async def wait_exec_exit(self, exec_id: str, *, timeout: float) -> int | None:
         """The exit code of an exec whose stream has ended; None if it is still running."""
@@ -229,15 +224,6 @@ class DockerBackend:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-def _check_exec_spec(spec: ExecSpec) -> None:
-    if not spec.argv or not all(isinstance(arg, str) and arg for arg in spec.argv[:1]):
-        raise InvalidArgumentError("an exec needs a non-empty argv")
-    if any("\0" in arg for arg in spec.argv):
-        raise InvalidArgumentError("exec arguments must not contain NUL bytes")
-    if not spec.workdir.startswith("/"):
-        raise InvalidArgumentError("exec working directory must be absolute")
 
 
 __all__ = ["DockerBackend", "NotFoundError"]

@@ -21,8 +21,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.backend.base import WORKSPACE, ExecSpec
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import WORKSPACE, Backend, ExecSpec
 from orchestrator.errors import BackendError, InvalidArgumentError
 from orchestrator.policy.model import Policy
 from orchestrator.session.files.archives import (
@@ -62,7 +61,7 @@ __all__ = [
     "WriteResult",
 ]
 
-FILEOPS_ARGV = ("python3", "-I", "/opt/sbx/worker/fileops.py")
+FILEOPS_ARGV = ("python3", "-I", "/opt/sandhold/worker/fileops.py")
 # Room in a reply beyond the base64 of max_file_bytes: JSON framing and a full listing.
 REPLY_SLACK_BYTES = 8 * 1024 * 1024
 
@@ -132,7 +131,7 @@ class DownloadResult(_Result):
 class SessionFiles:
     """The files of one session container, all under /workspace."""
 
-    def __init__(self, backend: DockerBackend, container_id: str, policy: Policy) -> None:
+    def __init__(self, backend: Backend, container_id: str, policy: Policy) -> None:
         self._backend = backend
         self._container_id = container_id
         self._limit = policy.limits.max_file_bytes

@@ -21,9 +21,13 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.backend.base import ContainerState
-from orchestrator.backend.docker import DockerBackend, NotFoundError
-from orchestrator.errors import BackendError, BackendUnavailableError, ProcessCrashedError
+from orchestrator.backend.base import Backend, ContainerState
+from orchestrator.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ContainerNotFoundError,
+    ProcessCrashedError,
+)
 from orchestrator.policy.model import Policy
 from orchestrator.session.repl.protocol import (
     ExecuteReply,
@@ -107,7 +111,7 @@ def worker_config(policy: Policy) -> dict[str, Any]:
 class Repl:
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: Backend,
         container_id: str,
         policy: Policy,
         *,
@@ -245,7 +249,7 @@ class Repl:
         """The container's state; None once the engine no longer has it."""
         try:
             return await self._backend.container_state(self._container_id)
-        except NotFoundError:
+        except ContainerNotFoundError:
             return None
 
     async def _stop_cause(
@@ -317,7 +321,7 @@ class Repl:
         state = await self._container_state()
         code = None
         if state is not None and state.running:
-            with contextlib.suppress(NotFoundError):
+            with contextlib.suppress(ContainerNotFoundError):
                 code = await worker.exit_code()
             if code is None:  # the exec may have gone with a container stopping as we looked
                 state = await self._container_state()

@@ -20,8 +20,7 @@ from typing import Any
 
 import anyio
 
-from orchestrator.backend.base import STDOUT, ExecSpec, ExecStream
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import STDOUT, Backend, ExecSpec, ExecStream
 from orchestrator.errors import BackendError
 from orchestrator.session.repl.protocol import (
     PROTOCOL_VERSION,
@@ -36,12 +35,12 @@ from orchestrator.session.repl.protocol import (
 
 __all__ = ["WORKER_ARGV", "WorkerExited", "WorkerProcess", "kill_pid"]
 
-WORKER_ARGV = ("python3", "-I", "/opt/sbx/worker/repl_worker.py")
-RELAY_ARGV = ("python3", "-I", "/opt/sbx/worker/relay.py")
+WORKER_ARGV = ("python3", "-I", "/opt/sandhold/worker/repl_worker.py")
+RELAY_ARGV = ("python3", "-I", "/opt/sandhold/worker/relay.py")
 # The worker's pid is told by this shell before it execs the worker, i.e. before any untrusted
 # code runs; the pid the worker itself reports is only checked against it.
-PID_ANNOUNCER = ("/bin/sh", "-c", 'echo "sbx-pid $$"; exec "$@"', "sbx-worker")
-_PID_LINE = re.compile(rb"^sbx-pid ([0-9]{1,7})$")
+PID_ANNOUNCER = ("/bin/sh", "-c", 'echo "sandhold-pid $$"; exec "$@"', "sandhold-worker")
+_PID_LINE = re.compile(rb"^sandhold-pid ([0-9]{1,7})$")
 # A cold interpreter in a fresh container is ready in well under a second; ten covers a loaded host.
 READY_TIMEOUT = 10.0
 # Signals go through a short exec of their own; the engine answers that in ~60 ms.
@@ -58,7 +57,7 @@ class WorkerExited(Exception):
 
 class WorkerProcess:
     def __init__(
-        self, backend: DockerBackend, container_id: str, stream: ExecStream, max_frame: int
+        self, backend: Backend, container_id: str, stream: ExecStream, max_frame: int
     ) -> None:
         self._backend = backend
         self._container_id = container_id
@@ -84,20 +83,22 @@ class WorkerProcess:
     @classmethod
     async def start(
         cls,
-        backend: DockerBackend,
+        backend: Backend,
         container_id: str,
         config: Mapping[str, Any],
         *,
         max_frame: int,
         argv: Sequence[str] = WORKER_ARGV,
     ) -> WorkerProcess:
-        spec = ExecSpec(argv=[*PID_ANNOUNCER, *argv], env={"SBX_WORKER_CONFIG": json.dumps(config)})
+        spec = ExecSpec(
+            argv=[*PID_ANNOUNCER, *argv], env={"SANDHOLD_WORKER_CONFIG": json.dumps(config)}
+        )
         return await cls._open(backend, container_id, spec, max_frame=max_frame)
 
     @classmethod
     async def attach(
         cls,
-        backend: DockerBackend,
+        backend: Backend,
         container_id: str,
         pid: int,
         *,
@@ -126,7 +127,7 @@ class WorkerProcess:
     @classmethod
     async def _open(
         cls,
-        backend: DockerBackend,
+        backend: Backend,
         container_id: str,
         spec: ExecSpec,
         *,
@@ -245,7 +246,7 @@ class WorkerProcess:
         return await self._backend.wait_exec_exit(self.exec_id, timeout=5.0)
 
 
-async def kill_pid(backend: DockerBackend, container_id: str, pid: int, name: str = "KILL") -> None:
+async def kill_pid(backend: Backend, container_id: str, pid: int, name: str = "KILL") -> None:
     """Send signal ``name`` to ``pid`` inside the container (argv only, no shell string)."""
     argv = ["/bin/sh", "-c", 'kill -s "$1" "$2"', "sh", name, str(pid)]
     await backend.run(

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from orchestrator.backend.base import STDERR, ExecSpec, ExecStream
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import STDERR, Backend, ExecSpec, ExecStream
 from orchestrator.errors import (
     BackendError,
     BackendUnavailableError,
@@ -108,7 +107,7 @@ class Terminal:
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 raise InvalidArgumentError(f"terminal {self.id} has stopped reading input") from exc
 
-    async def resize(self, backend: DockerBackend, *, rows: int, cols: int) -> None:
+    async def resize(self, backend: Backend, *, rows: int, cols: int) -> None:
         if not self.use_pty:
             raise InvalidArgumentError(f"terminal {self.id} has no PTY to resize")
         if self.state != "running":
@@ -122,7 +121,7 @@ class Terminal:
                 raise
             raise InvalidArgumentError(f"terminal {self.id} has exited") from exc
 
-    async def pump(self, backend: DockerBackend, clock: Callable[[], float]) -> None:
+    async def pump(self, backend: Backend, clock: Callable[[], float]) -> None:
         """Copy the exec's output into the buffer until it ends, then finish with its exit code."""
         exit_code: int | None = None
         try:
@@ -190,7 +189,7 @@ class Terminal:
 
 
 async def open_terminal(
-    backend: DockerBackend,
+    backend: Backend,
     container_id: str,
     command: str,
     *,
@@ -203,7 +202,7 @@ async def open_terminal(
     The caller owns the result: it must run its ``pump``, or kill it and close its stream."""
     if use_pty:
         env = {"TERM": PTY_TERM, **env}
-    argv = ["bash", "-c", PTY_WRAPPER if use_pty else WRAPPER, "sbx-terminal", command]
+    argv = ["bash", "-c", PTY_WRAPPER if use_pty else WRAPPER, "sandhold-terminal", command]
     spec = ExecSpec(argv=argv, tty=use_pty, env=env, workdir=workdir)
     stream = await backend.open_exec(container_id, spec)
     buffer = OutputBuffer(max_bytes=max_buffer_bytes)

@@ -29,8 +29,7 @@ from typing import Self
 import anyio
 import anyio.abc
 
-from orchestrator.backend.base import WORKSPACE
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.base import WORKSPACE, Backend
 from orchestrator.errors import QuotaExceededError, SessionNotFoundError
 from orchestrator.policy.commands import enforce
 from orchestrator.policy.model import Policy
@@ -83,7 +82,7 @@ class SessionTerminals:
 
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: Backend,
         container_id: str,
         policy: Policy,
         *,

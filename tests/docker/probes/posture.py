@@ -23,7 +23,7 @@ def size_of(path):
 
 def root_writable():
     try:
-        with open("/sbx-probe", "w") as handle:
+        with open("/sandhold-probe", "w") as handle:
             handle.write("x")
     except OSError as exc:
         return exc.errno
