@@ -4,15 +4,15 @@ classes or sets attributes by name on behalf of user code, whatever path led the
   by typeeval.py, in guarded namespaces, never with ``eval()`` in a module's globals.
 - ``string.Formatter.get_field``: field traversal (``{0.attr}``) goes through the guard.
 - ``dataclasses._process_class`` and ``_get_field``: field names are pasted into generated
-  source code. Asked for by a cell, only classes a cell defined, with standard metaclasses,
-  pass; the annotations are copied once and checked (plain identifiers), base fields must be
-  real ``Field`` objects with such names, and a cell cannot rename a ``Field`` later (guards.py
-  makes them read-only). A library decorating its own classes (at import) is left alone.
+  source code. Only classes a cell defined, with standard metaclasses, pass; the annotations
+  are copied once and checked (plain identifiers), base fields must be real ``Field`` objects
+  with such names, and a cell cannot rename a ``Field`` later (guards.py makes them read-only).
+  A library decorating its own classes while it is imported is left alone.
 - ``copy._reconstruct``: the state a ``__reduce__`` result (or an entry of the public
   ``copy.dispatch_table``) asks for is set as a cell's own writes would be: never on modules,
   library classes or library functions, never under a dunder name.
-- ``types.new_class`` (and so ``dataclasses.make_dataclass``), asked for by a cell, and enum's
-  functional API keep the class-body rule (classes.py).
+- ``types.new_class`` (and so ``dataclasses.make_dataclass``), but for a library importing
+  itself, and enum's functional API keep the class-body rule (classes.py).
 - ``functools.singledispatch``: a generic function calls its implementations with the caller's
   arguments, so a metaclass may not be one (``register(str)(type)`` would make classes); enum
   builds members by calling its data type with a class body's values, so that type may not be
@@ -37,7 +37,13 @@ from typing import Any
 
 from .classes import ClassRules
 from .errors import GuardError
-from .guards import AttributeGuard, has_standard_metaclass, is_session_class, raw_class_attr
+from .guards import (
+    USER_MODULE,
+    AttributeGuard,
+    has_standard_metaclass,
+    is_session_class,
+    raw_class_attr,
+)
 from .rules import exact_str, is_dunder
 from .safe_callables import guarded_get_field
 from .typeeval import Annotations
@@ -146,23 +152,28 @@ def _get_field(guard: AttributeGuard) -> Callable[..., tuple[Any, str]]:
     return get_field
 
 
-def asked_by_a_cell(guard: AttributeGuard) -> bool:
+def a_library_importing_itself(guard: AttributeGuard) -> bool:
     """True when the code that called into dataclasses or types (past those modules and the
-    worker's own frames) runs in the session's namespace: a cell, or a function one defined."""
+    worker's own frames) is a module's own code while that module is being imported: a library
+    decorating its classes. Anything else (a cell, a library forwarding what a cell handed it,
+    as singledispatch or copy do) gets the checks."""
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         namespace = frame.f_globals
         if namespace is guard.namespace:
-            return True
-        if namespace.get("__name__") not in _HOPS and namespace.get("__package__") != __package__:
             return False
+        name = namespace.get("__name__")
+        if name not in _HOPS and namespace.get("__package__") != __package__:
+            module = sys.modules.get(name) if type(name) is str else None
+            spec = getattr(module, "__spec__", None)
+            return name != USER_MODULE and getattr(spec, "_initializing", False) is True
         frame = frame.f_back
     return False
 
 
 def _process_class(guard: AttributeGuard, original: Callable[..., object]) -> Callable[..., object]:
     def process_class(cls: type, *args: Any, **kwargs: Any) -> object:
-        if asked_by_a_cell(guard):
+        if not a_library_importing_itself(guard):
             check_dataclass(cls)
         return original(cls, *args, **kwargs)
 
@@ -173,9 +184,9 @@ def _new_class(
     guard: AttributeGuard, classes: ClassRules, original: Callable[..., type]
 ) -> Callable[..., type]:
     def new_class(*args: Any, **kwargs: Any) -> type:
-        if asked_by_a_cell(guard):
-            return classes.new_class(*args, **kwargs)
-        return original(*args, **kwargs)
+        if a_library_importing_itself(guard):
+            return original(*args, **kwargs)
+        return classes.new_class(*args, **kwargs)
 
     return new_class
 

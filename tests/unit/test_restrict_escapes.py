@@ -8,9 +8,11 @@ policies/tests/python_escapes.toml."""
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -480,7 +482,7 @@ def test_a_poisoned_module_cache_cannot_open_a_later_import(executor: Executor) 
 
 def test_the_module_policy_judges_and_caches_only_plain_names() -> None:
     class Lying(str):
-        def split(self, *args: object, **kwargs: object) -> list[str]:  # type: ignore[override]
+        def split(self, *args: object, **kwargs: object) -> list[str]:
             return ["json"]
 
         def __eq__(self, other: object) -> bool:
@@ -696,17 +698,27 @@ def test_names_are_checked_as_plain_copies_of_their_characters() -> None:
         exact_str(b"name")
 
 
-def test_a_library_making_its_own_classes_is_left_alone(executor: Executor) -> None:
-    """A module imported while a cell runs may decorate its classes or call types.new_class:
-    the class-body rule and the dataclass checks apply to what a cell asks for."""
-    import dataclasses
-    import types
-
-    library_class = type("Record", (), {"__module__": "somelib", "__annotations__": {"n": int}})
-    made = dataclasses.dataclass(library_class)
-    assert made(1).n == 1  # type: ignore[call-arg, attr-defined]
-
-    def body(namespace: dict[str, object]) -> None:
-        namespace["__reduce_ex__"] = lambda self, protocol: (int, ())
-
-    assert types.new_class("Own", (), {}, body).__module__ == "types"
+def test_a_library_making_its_own_classes_while_it_is_imported_is_left_alone(
+    executor: Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module imported while a cell runs may decorate its own classes or call
+    types.new_class: the checks are for what a cell asks for, directly or through a library
+    that forwards it (singledispatch, copy)."""
+    (tmp_path / "own_classes.py").write_text(
+        "import dataclasses, types\n"
+        "@dataclasses.dataclass\n"
+        "class Record:\n"
+        "    n: int\n"
+        "Own = types.new_class('Own', (), {}, lambda ns: ns.update(__reduce_ex__=len))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("own_classes")
+    assert module.Record(1).n == 1 and module.Own.__module__ == "types"
+    monkeypatch.delitem(sys.modules, "own_classes")
+    refused(
+        executor,
+        "import dataclasses, functools, json\n"
+        "apply = functools.singledispatch(dataclasses.dataclass)\n"
+        "apply(json.JSONEncoder)",
+        "validation",
+    )
