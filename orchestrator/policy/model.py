@@ -49,38 +49,82 @@ class _Section(BaseModel):
 class ResourcesConfig(_Section):
     """Container limits. Sizes in MiB."""
 
-    memory_mb: int = Field(512, ge=32, le=65536)
-    cpus: float = Field(1.0, ge=0.05, le=64)
-    pids: int = Field(256, ge=16, le=32768)
-    nofile: int = Field(1024, ge=64, le=65536)
-    fsize_mb: int = Field(256, ge=1, le=65536)
-    tmp_mb: int = Field(64, ge=1, le=16384)
-    workspace_mb: int = Field(256, ge=1, le=65536)
-    home_mb: int = Field(32, ge=1, le=16384)
-    shm_mb: int = Field(16, ge=1, le=4096)
+    memory_mb: int = Field(
+        512, ge=32, le=65536, description="Memory limit; swap is not allowed beyond it."
+    )
+    cpus: float = Field(1.0, ge=0.05, le=64, description="CPU time, in cores (a CFS quota).")
+    pids: int = Field(
+        256, ge=16, le=32768, description="Processes and threads the container may hold at once."
+    )
+    nofile: int = Field(
+        1024, ge=64, le=65536, description="Open file descriptors per process (ulimit -n)."
+    )
+    fsize_mb: int = Field(
+        256, ge=1, le=65536, description="Largest file a process may write (ulimit -f)."
+    )
+    tmp_mb: int = Field(64, ge=1, le=16384, description="Size of the /tmp tmpfs.")
+    workspace_mb: int = Field(
+        256, ge=1, le=65536, description="Size of the /workspace tmpfs, where files live."
+    )
+    home_mb: int = Field(32, ge=1, le=16384, description="Size of the sandbox user's home tmpfs.")
+    shm_mb: int = Field(16, ge=1, le=4096, description="Size of /dev/shm.")
 
 
 class NetworkConfig(_Section):
     """Network access. Only ``none`` exists today; an egress allowlist may follow."""
 
-    mode: Literal["none"] = "none"
+    mode: Literal["none"] = Field(
+        "none", description="`none`: the container has a loopback interface and nothing else."
+    )
 
 
 class TimeoutsConfig(_Section):
     """Durations in seconds."""
 
-    command_s: float = Field(30.0, ge=0.1, le=3600)
-    max_command_s: float = Field(300.0, ge=0.1, le=86400)
-    kill_grace_s: float = Field(2.0, ge=0.05, le=60)
-    idle_s: float = Field(600.0, ge=1, le=7 * 86400)
-    # What happens to a session idle for idle_s: removed, or frozen until its next call.
-    idle_action: Literal["destroy", "pause"] = "destroy"
-    # Whether a running background process or a listening port keeps a session from being idle.
-    idle_counts_processes: bool = True
-    max_lifetime_s: float = Field(4 * 3600.0, ge=1, le=30 * 86400)
-    # A container with no orchestrator attached for this long ends itself (the backstop for an
-    # orchestrator that is killed and never started again); a restart re-adopts within it.
-    orphan_grace_s: float = Field(300.0, ge=2, le=7 * 86400)
+    command_s: float = Field(
+        30.0,
+        ge=0.1,
+        le=3600,
+        description="Timeout of a cell or shell command when the call gives none.",
+    )
+    max_command_s: float = Field(
+        300.0, ge=0.1, le=86400, description="Longest timeout a call may ask for."
+    )
+    kill_grace_s: float = Field(
+        2.0,
+        ge=0.05,
+        le=60,
+        description="After an interrupt or TERM, how long before KILL follows.",
+    )
+    idle_s: float = Field(
+        600.0,
+        ge=1,
+        le=7 * 86400,
+        description="A session with no call for this long is idle (see idle_action).",
+    )
+    idle_action: Literal["destroy", "pause"] = Field(
+        "destroy",
+        description="What happens to an idle session: removed, or frozen until its next call.",
+    )
+    idle_counts_processes: bool = Field(
+        True,
+        description="Whether a running background process or a listening port keeps a "
+        "session from being idle.",
+    )
+    max_lifetime_s: float = Field(
+        4 * 3600.0,
+        ge=1,
+        le=30 * 86400,
+        description="A session ends this long after it was created, busy or not.",
+    )
+    # The backstop for an orchestrator that is killed and never started again.
+    orphan_grace_s: float = Field(
+        300.0,
+        ge=2,
+        le=7 * 86400,
+        description="A container with no orchestrator attached for this long ends itself; a "
+        "restart within it re-adopts the session.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -94,8 +138,19 @@ class TimeoutsConfig(_Section):
 class OutputConfig(_Section):
     """Caps on what comes back from a sandbox, per stream and per reply."""
 
-    max_stream_bytes: int = Field(100_000, ge=1024, le=64 * MIB)
-    max_reply_bytes: int = Field(4 * MIB, ge=64 * 1024, le=256 * MIB)
+    max_stream_bytes: int = Field(
+        100_000,
+        ge=1024,
+        le=64 * MIB,
+        description="Bytes of stdout (and of stderr) a reply carries; the rest is cut and "
+        "the reply says `truncated`.",
+    )
+    max_reply_bytes: int = Field(
+        4 * MIB,
+        ge=64 * 1024,
+        le=256 * MIB,
+        description="Largest reply the worker may send; must hold both streams.",
+    )
 
     @model_validator(mode="after")
     def _stream_fits_reply(self) -> Self:
@@ -108,23 +163,53 @@ class PythonConfig(_Section):
     """The REPL. ``restricted`` enforces the module and builtin rules; ``unrestricted`` skips them
     (the container stays exactly as hardened)."""
 
-    mode: Literal["restricted", "unrestricted"] = "restricted"
-    allowed_modules: tuple[ModuleName, ...] = ()
-    forbidden_modules: tuple[ModuleName, ...] = ()
-    forbidden_builtins: tuple[BuiltinName, ...] = ()
-    max_code_bytes: int = Field(100_000, ge=1, le=16 * MIB)
-    max_history: int = Field(100, ge=1, le=100_000)
+    mode: Literal["restricted", "unrestricted"] = Field(
+        "restricted",
+        description="`restricted` checks every import, builtin and attribute against the lists "
+        "below; `unrestricted` runs code as plain Python.",
+    )
+    allowed_modules: tuple[ModuleName, ...] = Field(
+        (),
+        description="Modules restricted code may import; a submodule only when it is listed too.",
+    )
+    forbidden_modules: tuple[ModuleName, ...] = Field(
+        (),
+        description="Modules refused even when allowed, with every submodule; checked first.",
+    )
+    forbidden_builtins: tuple[BuiltinName, ...] = Field(
+        (), description="Builtins restricted code may not use (`eval`, `open`, ...)."
+    )
+    max_code_bytes: int = Field(
+        100_000, ge=1, le=16 * MIB, description="Largest cell, in UTF-8 bytes."
+    )
+    max_history: int = Field(
+        100, ge=1, le=100_000, description="Cells a session keeps in its history."
+    )
 
 
 class ShellConfig(_Section):
     """Terminals, the persistent shell and background processes. Patterns are Python regexes
     searched in the whole command line."""
 
-    enabled: bool = True
-    deny_patterns: tuple[str, ...] = ()
-    allow_commands: tuple[str, ...] | None = None
-    dangerous_patterns: tuple[str, ...] = ()
-    require_confirm_dangerous: bool = True
+    enabled: bool = Field(
+        True, description="Whether terminals, the shell and background processes exist at all."
+    )
+    deny_patterns: tuple[str, ...] = Field(
+        (), description="A command matching any of these regexes is refused."
+    )
+    allow_commands: tuple[str, ...] | None = Field(
+        None,
+        description="When set, the only programs a command may run (each simple command's "
+        "first word, as a basename); unset: any.",
+    )
+    dangerous_patterns: tuple[str, ...] = Field(
+        (),
+        description="A command matching any of these regexes needs `confirm_dangerous: true`.",
+    )
+    require_confirm_dangerous: bool = Field(
+        True,
+        description="Whether dangerous commands need the confirmation; false lets them run.",
+    )
 
     @field_validator("deny_patterns", "dangerous_patterns")
     @classmethod
@@ -140,26 +225,45 @@ class ShellConfig(_Section):
 class LimitsConfig(_Section):
     """Counts and sizes per owner and per session."""
 
-    max_sessions_per_owner: int = Field(10, ge=1, le=10_000)
-    terminals_per_session: int = Field(8, ge=1, le=256)
-    processes_per_session: int = Field(8, ge=1, le=256)
-    max_file_bytes: int = Field(10 * MIB, ge=1, le=1024 * MIB)
+    max_sessions_per_owner: int = Field(
+        10, ge=1, le=10_000, description="Sessions of this policy one owner may hold at once."
+    )
+    terminals_per_session: int = Field(
+        8, ge=1, le=256, description="Terminals a session may have running at once."
+    )
+    processes_per_session: int = Field(
+        8, ge=1, le=256, description="Background processes a session may have running at once."
+    )
+    max_file_bytes: int = Field(
+        10 * MIB,
+        ge=1,
+        le=1024 * MIB,
+        description="Largest file the files tool reads, writes or moves in an archive.",
+    )
 
 
 class Policy(_Section):
     """An effective policy: every setting a session runs under."""
 
-    name: PolicyName
-    description: str = ""
-    extends: PolicyName | None = None
-    runtime: Literal["runc", "runsc"] | None = None
-    resources: ResourcesConfig = ResourcesConfig()
-    network: NetworkConfig = NetworkConfig()
-    timeouts: TimeoutsConfig = TimeoutsConfig()
-    output: OutputConfig = OutputConfig()
-    python: PythonConfig = PythonConfig()
-    shell: ShellConfig = ShellConfig()
-    limits: LimitsConfig = LimitsConfig()
+    name: PolicyName = Field(
+        description="The policy's name; a file's stem when the file gives none."
+    )
+    description: str = Field("", description="For people: what the policy is for.")
+    extends: PolicyName | None = Field(
+        None, description="A parent policy whose settings this file overrides key by key."
+    )
+    runtime: Literal["runc", "runsc"] | None = Field(
+        None,
+        description="The container runtime: `runsc` is gVisor, which the engine must have "
+        "registered; unset: the engine's default.",
+    )
+    resources: ResourcesConfig = Field(ResourcesConfig(), description="Container limits.")
+    network: NetworkConfig = Field(NetworkConfig(), description="Network access.")
+    timeouts: TimeoutsConfig = Field(TimeoutsConfig(), description="Durations, in seconds.")
+    output: OutputConfig = Field(OutputConfig(), description="Caps on output.")
+    python: PythonConfig = Field(PythonConfig(), description="The Python REPL's rules.")
+    shell: ShellConfig = Field(ShellConfig(), description="Commands and their rules.")
+    limits: LimitsConfig = Field(LimitsConfig(), description="Counts and sizes.")
 
     @property
     def hash(self) -> str:
