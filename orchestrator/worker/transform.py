@@ -1,23 +1,22 @@
 """The AST rewrite of restricted mode: every attribute access goes through a guard bound in the
 builtins under a dunder name, which user code cannot write and so cannot reach or shadow.
 
-    obj.name              ->  __sbx_attr__(obj, 'name')
-    obj.name = v          ->  __sbx_target__(obj).name = v        (also del, for, with, ...)
-    obj.name += v         ->  __sbx_augattr__(obj, 'name', 'Add', v)
-    f(a, b), f(*a)        ->  __sbx_callee__(f)(a, b)              (the call shapes that can make
-                                                                   a class, or hand a metaclass
-                                                                   to a callable with arguments:
-                                                                   2 to 5 positional arguments,
-                                                                   or unpacked ones; classes.py)
-    match s: case a.B:    ->  __sbx_match_0__ = __sbx_match__(a.B)
-                              match s: case __sbx_match_0__.v0:
+    obj.name              ->  __sandhold_attr__(obj, 'name')
+    obj.name = v          ->  __sandhold_target__(obj).name = v     (also del, for, with, ...)
+    obj.name += v         ->  __sandhold_augattr__(obj, 'name', 'Add', v)
+    f(a, b), f(*a)        ->  __sandhold_callee__(f)(a, b)
+                              (the call shapes that can make a class, or hand a metaclass to a
+                              callable with arguments: 2 to 5 positional arguments, or unpacked
+                              ones; classes.py)
+    match s: case a.B:    ->  __sandhold_match_0__ = __sandhold_match__(a.B)
+                              match s: case __sandhold_match_0__.v0:
 
 Patterns of ``match`` statements may only hold dotted names, which the compiler reads without
 any hook; their values are read (guarded) just before the statement. The class of a class
-pattern with sub-patterns is replaced there by the guard's stand-in (``__sbx_matchcls__``):
+pattern with sub-patterns is replaced there by the guard's stand-in (``__sandhold_matchcls__``):
 the interpreter reads the subject's attributes without any hook. What such a pattern binds is
 screened before the case's guard and body run: ``case C(x) if g:`` becomes
-``case C(x) if (x := __sbx_capture__(x),) and g:``.
+``case C(x) if (x := __sandhold_capture__(x),) and g:``.
 
 A class body looks its names up in the namespace its metaclass's ``__prepare__`` made, so each
 class body declares the guard names (and its ``match`` holders) ``global``: they are always the
@@ -33,13 +32,13 @@ import ast
 import itertools
 from collections.abc import Iterator
 
-ATTR_GUARD = "__sbx_attr__"
-TARGET_GUARD = "__sbx_target__"
-AUG_GUARD = "__sbx_augattr__"
-MATCH_GUARD = "__sbx_match__"
-MATCH_CLASS_GUARD = "__sbx_matchcls__"
-CAPTURE_GUARD = "__sbx_capture__"
-CALL_GUARD = "__sbx_callee__"
+ATTR_GUARD = "__sandhold_attr__"
+TARGET_GUARD = "__sandhold_target__"
+AUG_GUARD = "__sandhold_augattr__"
+MATCH_GUARD = "__sandhold_match__"
+MATCH_CLASS_GUARD = "__sandhold_matchcls__"
+CAPTURE_GUARD = "__sandhold_capture__"
+CALL_GUARD = "__sandhold_callee__"
 GUARD_NAMES = (
     ATTR_GUARD,
     TARGET_GUARD,
@@ -49,7 +48,7 @@ GUARD_NAMES = (
     CAPTURE_GUARD,
     CALL_GUARD,
 )
-_HOLDER = "__sbx_match_{}__"
+_HOLDER = "__sandhold_match_{}__"
 # Calls with this many positional arguments can make a class, ``type(name, bases, ns)``,
 # ``type.__new__(meta, name, bases, ns)``, or hand a metaclass on with what it will be called
 # with: ``functools.partial(type, 'T')``, ``itertools.starmap(type, rows)``,

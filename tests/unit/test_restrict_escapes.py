@@ -412,7 +412,7 @@ MADE_PAST_THE_RULE = {
     "a metaclass's __prepare__ replaces the guards in a class body": (
         "import typing\ndef fake(obj, name):\n    return 'unguarded'\n"
         "M = made('M', {d + 'prepare' + d: classmethod(lambda *a, **k: "
-        "{'_' * 2 + 'sbx_attr' + '_' * 2: fake})}, (type,))\n"
+        "{'_' * 2 + 'sandhold_attr' + '_' * 2: fake})}, (type,))\n"
         "class X(metaclass=M):\n    v = typing.sys",
         "import_blocked",
     ),
@@ -678,7 +678,7 @@ def test_every_class_body_takes_the_guards_from_the_builtins() -> None:
     assert ast.literal_eval(body[1].strip()) == "doc"
     declared = body[2].strip()
     assert declared.startswith("global ")
-    for name in (*transform.GUARD_NAMES, "__sbx_match_0__"):
+    for name in (*transform.GUARD_NAMES, "__sandhold_match_0__"):
         assert name in declared
 
 
