@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestrator._core.config import OrchestratorConfig
 from orchestrator._core.manager import SessionManager
+from orchestrator._core.metrics import call_outcome_label
 from orchestrator._core.owners import check_task, task_scope
 from orchestrator._core.repl_operations import ExecuteResult
 from orchestrator.audit.records import call_outcome
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 class Orchestrator(SessionManager):
     """Sessions, and the tools over them: ``await orch.call("python_repl", {...})``."""
+
+    def _tool_operations(self) -> dict[str, list[str]]:
+        return {name: list(tool.operations) for name, tool in TOOLS.items()}
 
     async def call(
         self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
@@ -49,10 +53,27 @@ class Orchestrator(SessionManager):
                     with task_scope(task):
                         result = await call_tool(self, found, arguments, tenant=tenant)
         finally:
+            seconds = time.perf_counter() - started
+            self._count_call(tool, arguments, tenant, result, seconds)
             if self._audit is not None:  # on every path, a cancel's too (recording is shielded)
-                seconds = time.perf_counter() - started
                 await self._audit_call(tool, arguments, tenant, task, result, seconds)
         return result
+
+    def _count_call(
+        self,
+        tool: Any,
+        arguments: Any,
+        tenant: str | None,
+        result: ToolResult | None,
+        seconds: float,
+    ) -> None:
+        structured = None if result is None else result.structured
+        operation = arguments.get("operation") if isinstance(arguments, dict) else None
+        outcome = call_outcome_label(structured)
+        self.metrics.record_call(tool, operation, outcome, seconds)
+        if outcome == "quota_exceeded" and structured is not None:
+            quota = structured.get("quota")
+            self.metrics.refused_for_quota(tenant or self.config.tenant, quota)
 
     async def _audit_call(
         self,

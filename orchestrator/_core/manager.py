@@ -27,6 +27,11 @@ from orchestrator._core.lifecycle import (
     reap_interval,
     should_pause,
 )
+from orchestrator._core.metrics import (
+    Metrics,
+    SessionView,
+    ending_kind,
+)
 from orchestrator._core.owners import SHARE_ACTIONS, check_task, current_task, may_see
 from orchestrator._core.pool import WarmPool
 from orchestrator._core.quotas import Admission, check_policy_allowed, per_session_cap
@@ -73,12 +78,18 @@ class SessionManager(PythonReplOperations):
         self._image = self.config.image
         self._registry = Registry(self.config.registry_path)
         self._table = SessionTable(self._registry)
+        self.metrics = Metrics(
+            sessions=self._session_views,
+            pools=self.pool_status,
+            operations=self._tool_operations(),
+        )
         self._reconciler = Reconciler(
             self.backend,
             self._table,
             in_flight=self._in_flight,
             end_session=self.end_session,
             adopted=self._apply_tenant_caps,
+            metrics=self.metrics,
         )
         self.orchestrator_id = self.config.orchestrator_id or ""
         # Creations in flight, counted against every limit.
@@ -129,7 +140,9 @@ class SessionManager(PythonReplOperations):
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
         self.last_reconcile = await self.reconcile(adopt=True)
         for dead in abandoned:
-            self.last_reconcile.reaped.extend(await reap_abandoned(self.backend, dead))
+            reaped = await reap_abandoned(self.backend, dead)
+            self.metrics.reaped.labels("abandoned_orchestrator").inc(len(reaped))
+            self.last_reconcile.reaped.extend(reaped)
         if self.last_reconcile.adopted or self.last_reconcile.reaped:
             log.info("reconciled: %s", self.last_reconcile.summary())
         self._reaper = anyio.CancelScope()
@@ -202,6 +215,21 @@ class SessionManager(PythonReplOperations):
             self._policies[name] = load_policy(name, search_dirs=self.config.policy_dirs)
         return self._policies[name]
 
+    def _tool_operations(self) -> dict[str, list[str]]:
+        """The tools and operations the call metrics count by name (the manager knows no tool;
+        ``Orchestrator`` names them); anything else counts as ``unknown``."""
+        return {}
+
+    def _session_views(self) -> list[SessionView]:
+        return [
+            SessionView(
+                state="paused" if s.paused else "busy" if s.busy else "idle",
+                tenant=s.tenant,
+                policy=s.policy.name,
+            )
+            for s in self._sessions.values()
+        ]
+
     def tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)
 
@@ -258,6 +286,8 @@ class SessionManager(PythonReplOperations):
     async def _build_session(self, tenant: str, policy: Policy) -> Session:
         pool = self._pools.get(policy.name)
         warm = pool.take_nowait() if pool is not None and pool.policy == policy else None
+        if pool is not None:
+            self.metrics.pool_takes.labels(policy.name, "miss" if warm is None else "hit").inc()
         if warm is not None:
             warm.tenant = tenant
             warm.touch()
@@ -517,6 +547,7 @@ class SessionManager(PythonReplOperations):
     async def end_session(self, session: Session, reason: str) -> None:
         if not self._table.remove(session, reason):
             return
+        self.metrics.sessions_ended.labels(ending_kind(reason)).inc()
         log.info("session %s of %s ended: %s", session.id, session.tenant, reason)
         await session.aclose(self.backend)
 

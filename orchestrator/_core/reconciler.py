@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 
 from orchestrator._core.adoption import adopt_session
+from orchestrator._core.metrics import Metrics
 from orchestrator._core.session_table import SessionTable
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, Backend, ContainerSummary
 from orchestrator.errors import OrchestratorError
@@ -40,6 +41,7 @@ class Reconciler:
         in_flight: Callable[[], set[str]],
         end_session: Callable[[Session, str], Awaitable[None]],
         adopted: Callable[[Session], None],
+        metrics: Metrics,
     ) -> None:
         self._backend = backend
         self._table = table
@@ -47,6 +49,7 @@ class Reconciler:
         self._in_flight = in_flight
         self._end_session = end_session
         self._adopted = adopted
+        self._metrics = metrics
 
     async def run(
         self,
@@ -76,6 +79,8 @@ class Reconciler:
             if container.id not in ending:  # ending the session below removes those
                 await self._backend.remove_container(container.id)
                 report.reaped.append(container.id)
+                # At start: left by an earlier run and unknown to the registry (or stopped).
+                self._metrics.reaped.labels("unknown_at_start" if adopt else "orphan").inc()
         for record in decided.forget:
             if adopt:
                 registry.remove_session(record.id)
@@ -88,7 +93,9 @@ class Reconciler:
             async with anyio.create_task_group() as tg:
                 for record, container in decided.adopt:
                     tg.start_soon(self._adopt, record, container, task_group, report)
-            report.reaped += await remove_legacy_containers(self._backend, orchestrator_id)
+            legacy = await remove_legacy_containers(self._backend, orchestrator_id)
+            self._metrics.reaped.labels("legacy_labels").inc(len(legacy))
+            report.reaped += legacy
         return report
 
     async def _adopt(
@@ -115,10 +122,12 @@ class Reconciler:
             with contextlib.suppress(OrchestratorError):
                 await self._backend.remove_container(container.id)
             report.reaped.append(container.id)
+            self._metrics.reaped.labels("readopt_failed").inc()
             return
         self._adopted(session)
         self._table.adopt(session, items)
         report.adopted.append(record.id)
+        self._metrics.readopted.inc()
 
 
 def _record_of(session: Session) -> SessionRecord:

@@ -6,6 +6,7 @@ which answers 404: there is no OAuth discovery to find):
 
     GET    /healthz                              liveness
     GET    /openapi.json                         OpenAPI 3.1, made from the tool schemas
+    GET    /metrics                              Prometheus text format (any valid key)
     POST   /v1/{tool}                            any tool call: the MCP tool's arguments
     GET    /v1/sessions                          python_repl list_sessions
     POST   /v1/sessions                          python_repl execute in a new session

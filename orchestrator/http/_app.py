@@ -24,6 +24,7 @@ from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
 from orchestrator.http._events import first_read, terminal_events
 from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
+from orchestrator.http._ops import OpsRoutes
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
 from orchestrator.http._streams import StreamLimit
 from orchestrator.mcp_server.server import current_http_request, streamable_http_app
@@ -188,9 +189,11 @@ def build_app(
     connection limits are the server's, ``HttpServer``)."""
     limits = limits or HttpLimitsConfig()
     api = _Api(orchestrator, max_body_bytes)
+    ops = OpsRoutes(orchestrator)
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
+        Route("/metrics", ops.metrics, methods=["GET"]),
         *(Route(r.path, api.rest(r), methods=[r.method]) for r in REST_ROUTES),
         Route(EVENTS_PATH, api.events, methods=["GET"]),
         Route("/v1/{tool}", api.tool, methods=["POST"]),
@@ -217,8 +220,9 @@ def build_app(
         },
     )
     return BearerAuth(
-        StreamLimit(app, limits.max_streams_per_tenant),
+        StreamLimit(app, limits.max_streams_per_tenant, metrics=orchestrator.metrics),
         keys,
         failures_per_minute=limits.auth_failures_per_minute,
         audit=lambda: orchestrator.audit_log,
+        metrics=orchestrator.metrics,
     )

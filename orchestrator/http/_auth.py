@@ -35,6 +35,7 @@ from mcp_types import INVALID_REQUEST
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orchestrator._core.metrics import Metrics
 from orchestrator._core.tenants import TenantKeys, hash_key
 from orchestrator.audit._log import AuditLog
 from orchestrator.errors import OrchestratorError
@@ -79,10 +80,14 @@ class FailedKeys:
     """
 
     def __init__(
-        self, per_minute: int, audit: Callable[[], AuditLog | None] = lambda: None
+        self,
+        per_minute: int,
+        audit: Callable[[], AuditLog | None] = lambda: None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.budgets: Budgets[str] = Budgets(per_minute, per_minute / 60)
         self.audit = audit
+        self.metrics = metrics
         self.unauthenticated = 0
         self.rate_limited = 0
         self._unaudited = 0
@@ -100,10 +105,14 @@ class FailedKeys:
         if self.budgets.spend(client):
             self._limited.pop(client, None)
             self.unauthenticated += 1
+            if self.metrics is not None:
+                self.metrics.auth_failures.labels(UNAUTHENTICATED).inc()
             await self._record(scope, client, UNAUTHENTICATED)
             await _refuse(scope, send, key_given=key_given)
             return
         self.rate_limited += 1
+        if self.metrics is not None:
+            self.metrics.auth_failures.labels(RATE_LIMITED).inc()
         if client in self._limited:
             self._unaudited += 1
         else:
@@ -149,10 +158,11 @@ class BearerAuth:
         *,
         failures_per_minute: int = AUTH_FAILURES_PER_MINUTE,
         audit: Callable[[], AuditLog | None] = lambda: None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
-        self.failed = FailedKeys(failures_per_minute, audit)
+        self.failed = FailedKeys(failures_per_minute, audit, metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" or (scope["type"] == "http" and is_public(scope["path"])):

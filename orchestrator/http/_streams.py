@@ -11,6 +11,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orchestrator._core.metrics import Metrics
 from orchestrator.errors import QuotaExceededError
 from orchestrator.http._auth import MCP_PATH, TENANT_SCOPE_KEY, refusal_body, send_json
 from orchestrator.http._routes import EVENTS_PATH
@@ -29,9 +30,12 @@ def is_stream(scope: Scope) -> bool:
 class StreamLimit:
     """ASGI middleware, inside ``BearerAuth`` (it reads the tenant that put on the scope)."""
 
-    def __init__(self, app: ASGIApp, max_per_tenant: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_per_tenant: int, *, metrics: Metrics | None = None
+    ) -> None:
         self.app = app
         self.max_per_tenant = max_per_tenant
+        self.metrics = metrics
         self._open: Counter[str] = Counter()
 
     def statistics(self) -> dict[str, int]:
@@ -48,6 +52,8 @@ class StreamLimit:
                 f"limit; close one first",
                 quota=STREAM_QUOTA,
             )
+            if self.metrics is not None:
+                self.metrics.refused_for_quota(tenant, STREAM_QUOTA)
             body = refusal_body(scope["path"], error.code, str(error))
             await send_json(send, 429, {**body, "quota": STREAM_QUOTA})
             return

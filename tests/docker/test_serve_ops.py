@@ -1,0 +1,89 @@
+"""What ``sandhold serve`` offers the people who run it, against a real server: ``/metrics`` in
+Prometheus's text format whose counters move with calls."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator.images import ImageBuildResult
+from tests.docker.test_serve import CALL_TIMEOUT, STOP_TIMEOUT, Server, running
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def local_key(notice: str) -> str:
+    return notice.rsplit(": ", 1)[1]
+
+
+async def stop(server: Server) -> None:
+    """SIGTERM, so the server removes its sessions (a kill would leave them for the sweep)."""
+    server.process.send_signal(signal.SIGTERM)
+    with anyio.fail_after(STOP_TIMEOUT):
+        await server.process.wait()
+
+
+async def scrape(http: httpx.AsyncClient, headers: dict[str, str]) -> Samples:
+    with anyio.fail_after(CALL_TIMEOUT):
+        answer = await http.get("/metrics", headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return parse(answer.text)
+
+
+async def test_metrics_parse_and_their_counters_move_with_calls(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    async with running(worker_image.tag, tmp_path) as server:
+        headers = {"Authorization": f"Bearer {local_key(server.notice)}"}
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+            assert (await http.get("/metrics")).status_code == 401
+            before = await scrape(http, headers)
+            with anyio.fail_after(CALL_TIMEOUT):
+                made = await http.post(
+                    "/v1/sessions", json={"code": "sum(range(10**6))"}, headers=headers
+                )
+                session_id = made.json()["session_id"]
+                await http.post(
+                    f"/v1/sessions/{session_id}/execute", json={"code": "1/0"}, headers=headers
+                )
+                await http.post("/v1/python_repl", json={"operation": "no-such"}, headers=headers)
+            after = await scrape(http, headers)
+        await stop(server)
+
+        calls = "sandhold_calls_total"
+        execute = {"tool": "python_repl", "operation": "execute"}
+        assert (
+            value(after, calls, **execute, outcome="ok")
+            == value(before, calls, **execute, outcome="ok") + 1
+        )
+        # The user's ZeroDivisionError is the work failing, not the call.
+        assert value(after, calls, **execute, outcome="failed") == 1
+        refused = {"tool": "python_repl", "operation": "unknown", "outcome": "invalid_argument"}
+        assert value(after, calls, **refused) == 1
+        durations = "sandhold_call_duration_seconds_count"
+        assert value(after, durations, **execute) == value(before, durations, **execute) + 2
+        live = {"state": "idle", "tenant": "local", "policy": "default"}
+        assert value(before, "sandhold_sessions", **live) == 0
+        assert value(after, "sandhold_sessions", **live) == 1
+        # The unauthenticated scrape above was counted as a failed authentication.
+        assert value(after, "sandhold_auth_failures_total", reason="unauthenticated") == 1
