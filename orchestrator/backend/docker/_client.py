@@ -69,6 +69,9 @@ def translate_docker_errors() -> Iterator[None]:
         FileNotFoundError,
     ) as exc:
         raise BackendUnavailableError("Docker engine not reachable", hint=ENGINE_HINT) from exc
+    except requests.exceptions.JSONDecodeError as exc:
+        # A body cut short or empty: seen for the stats of a container being removed meanwhile.
+        raise BackendError(f"the engine sent an unreadable answer: {exc}") from exc
     except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError) as exc:
         raise BackendUnavailableError(
             "Docker engine did not answer in time", hint=ENGINE_HINT
