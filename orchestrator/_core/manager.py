@@ -35,6 +35,7 @@ from orchestrator._core.metrics import (
 from orchestrator._core.owners import SHARE_ACTIONS, check_task, current_task, may_see
 from orchestrator._core.pool import WarmPool
 from orchestrator._core.quotas import Admission, check_policy_allowed, per_session_cap
+from orchestrator._core.readiness import OK, UNCHECKED, readiness
 from orchestrator._core.reconciler import Reconciler
 from orchestrator._core.repl_operations import ExecuteResult as ExecuteResult  # re-exported
 from orchestrator._core.repl_operations import PythonReplOperations
@@ -229,6 +230,11 @@ class SessionManager(PythonReplOperations):
             )
             for s in self._sessions.values()
         ]
+
+    async def readiness(self) -> tuple[bool, dict[str, str]]:
+        """Whether a session can be made now, and each check's answer (``readiness``)."""
+        checks = await readiness(self.backend, self._image, self._registry)
+        return all(answer in (OK, UNCHECKED) for answer in checks.values()), checks
 
     def tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)

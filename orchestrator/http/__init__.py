@@ -1,10 +1,11 @@
 """The HTTP API: REST over the tool layer, an OpenAPI document, API keys, and terminal output
 as server-sent events. No logic of its own: every route is one ``Orchestrator.call``.
 
-Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, and ``/.well-known/*``,
-which answers 404: there is no OAuth discovery to find):
+Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, ``/readyz``, and
+``/.well-known/*``, which answers 404: there is no OAuth discovery to find):
 
     GET    /healthz                              liveness
+    GET    /readyz                               readiness: engine, image, registry (no key)
     GET    /openapi.json                         OpenAPI 3.1, made from the tool schemas
     GET    /metrics                              Prometheus text format (any valid key)
     POST   /v1/{tool}                            any tool call: the MCP tool's arguments

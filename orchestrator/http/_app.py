@@ -194,6 +194,7 @@ def build_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/metrics", ops.metrics, methods=["GET"]),
+        Route("/readyz", ops.readyz, methods=["GET"]),
         *(Route(r.path, api.rest(r), methods=[r.method]) for r in REST_ROUTES),
         Route(EVENTS_PATH, api.events, methods=["GET"]),
         Route("/v1/{tool}", api.tool, methods=["POST"]),

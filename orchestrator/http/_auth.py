@@ -1,7 +1,8 @@
 """API keys on every request: ``Authorization: Bearer <key>`` names the tenant, or the request is
-answered 401 before it reaches any route. ``/healthz`` and discovery under ``/.well-known/`` need
-no key: MCP clients probe ``/.well-known/oauth-*`` before connecting, and a 404 tells them there is
-no OAuth here (a 401 made them report a failed discovery).
+answered 401 before it reaches any route. ``/healthz``, ``/readyz`` and discovery under
+``/.well-known/`` need no key: a load balancer's probe carries none, and MCP clients probe
+``/.well-known/oauth-*`` before connecting, where a 404 tells them there is no OAuth here (a 401
+made them report a failed discovery).
 
 The 401 body is JSON with ``error_type: unauthenticated``; at ``/mcp`` it is also a JSON-RPC
 error, which the MCP SDK's client raises as it is (``MCPError``, its message and ``data``) where
@@ -44,7 +45,7 @@ from orchestrator.http._limits import AUTH_FAILURES_PER_MINUTE, MAX_TRACKED_CLIE
 log = logging.getLogger(__name__)
 
 TENANT_SCOPE_KEY: Final = "sandhold.tenant"
-PUBLIC_PATHS: Final = frozenset({"/healthz"})
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
 # Discovery documents (RFC 8615): none exists here, and saying so needs no key.
 PUBLIC_PREFIX: Final = "/.well-known/"
 MCP_PATH: Final = "/mcp"

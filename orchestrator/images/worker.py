@@ -30,6 +30,7 @@ __all__ = [
     "BUILD_TIMEOUT",
     "BuildInputs",
     "build_worker_image",
+    "image_exists",
     "image_inputs_hash",
     "image_is_current",
     "read_inputs",
@@ -100,6 +101,15 @@ def image_inputs_hash(
 
 def worker_tag(inputs_hash: str) -> str:
     return f"{WORKER_REPOSITORY}:{inputs_hash[:TAG_HASH_CHARS]}"
+
+
+async def image_exists(client: DockerClient, tag: str) -> bool:
+    """Whether the engine holds an image of that tag (a readiness check: sessions need it)."""
+    try:
+        await client.call(lambda sdk: sdk.images.get(tag))
+    except NotFoundError:
+        return False
+    return True
 
 
 async def image_is_current(client: DockerClient, tag: str, inputs_hash: str) -> bool:

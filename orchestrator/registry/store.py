@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -161,6 +162,19 @@ class Registry:
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('orchestrator_id', ?)", (chosen,)
             )
         return chosen
+
+    def probe_write(self) -> None:
+        """Write and commit one row (the time of the probe), for a readiness check: a full disk
+        or a file or directory made read-only is a ``RegistryError`` here, before a session's
+        row is refused."""
+        try:
+            with self._transaction() as db:
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('ready_probe', ?)",
+                    (repr(time.time()),),
+                )
+        except sqlite3.Error as exc:
+            raise RegistryError(f"{self.path}: cannot write to the registry: {exc}") from None
 
     def stored_orchestrator_id(self) -> str | None:
         """The orchestrator id this registry holds, if one was ever chosen."""

@@ -1,10 +1,13 @@
 """What ``sandhold serve`` offers the people who run it, against a real server: ``/metrics`` in
-Prometheus's text format whose counters move with calls."""
+Prometheus's text format whose counters move with calls; ``/readyz`` naming what is not ready
+(a missing image, an engine cut by ``tests.engine_proxy``) while ``/healthz`` stays live."""
 
 from __future__ import annotations
 
+import secrets
 import signal
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -13,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.images import ImageBuildResult
 from tests.docker.test_serve import CALL_TIMEOUT, STOP_TIMEOUT, Server, running
+from tests.engine_proxy import EngineProxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -87,3 +91,61 @@ async def test_metrics_parse_and_their_counters_move_with_calls(
         assert value(after, "sandhold_sessions", **live) == 1
         # The unauthenticated scrape above was counted as a failed authentication.
         assert value(after, "sandhold_auth_failures_total", reason="unauthenticated") == 1
+
+
+async def readyz(http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+    with anyio.fail_after(CALL_TIMEOUT):
+        answer = await http.get("/readyz")  # no key: a load balancer's probe has none
+    return answer.status_code, answer.json()
+
+
+async def test_readyz_is_200_when_engine_image_and_registry_are_ready(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    async with running(worker_image.tag, tmp_path) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+            status, body = await readyz(http)
+        await stop(server)
+    assert status == 200, body
+    assert body == {
+        "ready": True,
+        "not_ready": [],
+        "checks": {"engine": "ok", "image": "ok", "registry": "ok"},
+    }
+
+
+async def test_readyz_names_a_missing_image_while_healthz_stays_ok(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    missing = f"sandhold-worker:missing-{secrets.token_hex(6)}"
+    async with running(missing, tmp_path) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+            status, body = await readyz(http)
+            alive = await http.get("/healthz")
+        await stop(server)
+    assert status == 503
+    assert body["not_ready"] == ["image"] and missing in body["checks"]["image"]
+    assert alive.status_code == 200
+
+
+async def test_readyz_is_503_naming_the_engine_while_it_is_cut_and_200_once_it_is_back(
+    worker_image: ImageBuildResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with EngineProxy() as engine:
+        monkeypatch.setenv("DOCKER_HOST", engine.docker_host)
+        async with running(worker_image.tag, tmp_path) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+                assert (await readyz(http))[0] == 200
+                engine.cut()
+                try:
+                    status, body = await readyz(http)
+                    alive = await http.get("/healthz")
+                finally:
+                    engine.restore()
+                back, _ = await readyz(http)
+            await stop(server)
+    assert status == 503
+    assert body["ready"] is False and body["not_ready"] == ["engine", "image"]
+    assert body["checks"]["engine"].startswith("backend_unavailable: ")
+    assert body["checks"]["registry"] == "ok"
+    assert alive.status_code == 200 and back == 200
