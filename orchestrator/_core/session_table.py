@@ -13,8 +13,8 @@ from typing import Any
 
 from orchestrator._core.lifecycle import EndedSessions
 from orchestrator._core.owners import Grants, current_task, may_see
-from orchestrator.errors import InvalidArgumentError, SessionNotFoundError
-from orchestrator.policy.arguments import check_session_id
+from orchestrator.errors import SessionNotFoundError
+from orchestrator.policy.arguments import check_id, check_session_id
 from orchestrator.registry.store import Registry, SessionRecord
 from orchestrator.session.history import HistoryEntry
 from orchestrator.session.session import Session
@@ -109,8 +109,7 @@ class SessionTable:
     def holder(self, kind: str, item_id: Any, tenant: str, action: str | None) -> Session:
         """The session holding ``item_id`` if the caller owns it, or (for a terminal) holds a
         grant for ``action`` on it; unknown and not-yours answer alike."""
-        if not isinstance(item_id, str) or not 0 < len(item_id) <= 128:
-            raise InvalidArgumentError(f"{kind}_id must be a string of 1 to 128 characters")
+        item_id = check_id(item_id, f"{kind}_id")
         session = self.sessions.get(self._items.get((kind, item_id), ""))
         task = current_task()
         granted = (

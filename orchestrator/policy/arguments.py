@@ -1,5 +1,6 @@
 """Checks for caller-given arguments. A bad argument is refused here, with ``invalid_argument``,
-before anything reaches a session or the engine."""
+before anything reaches a session or the engine. Each kind of argument has one checker and one
+bound, used by every path that takes it (a command's is ``commands.check_command_text``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from orchestrator.errors import InvalidArgumentError
 from orchestrator.policy.model import Policy
 
 __all__ = [
+    "MAX_ID_CHARS",
     "check_code",
+    "check_flag",
+    "check_id",
+    "check_int",
     "check_max_tokens",
     "check_policy_name",
     "check_session_id",
@@ -19,6 +24,8 @@ __all__ = [
     "check_variable",
 ]
 
+# Our ids are 32 hex characters; any string up to this is looked up (and an unknown one is not
+# found), so the bound only keeps a lookup and its error message small.
 MAX_ID_CHARS = 128
 _POLICY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
@@ -31,11 +38,30 @@ def check_code(code: Any) -> TypeGuard[str]:
     return True
 
 
+def check_id(value: Any, name: str) -> str:
+    """An id (``session_id``, ``terminal_id``, ...): only the type and size are checked, since
+    any such string is looked up, and an unknown one is not found."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
+        raise InvalidArgumentError(f"{name} must be a string of 1 to {MAX_ID_CHARS} characters")
+    return value
+
+
 def check_session_id(session_id: Any) -> TypeGuard[str]:
-    """Only the type and size: any string is looked up, and an unknown one is not found."""
-    if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_ID_CHARS:
-        raise InvalidArgumentError(f"session_id must be a string of 1 to {MAX_ID_CHARS} characters")
+    check_id(session_id, "session_id")
     return True
+
+
+def check_int(value: Any, name: str, low: int, high: int) -> int:
+    """An integer in ``[low, high]``; a bool is not an integer here."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}]")
+    return value
+
+
+def check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be true or false")
+    return value
 
 
 def check_variable(name: Any) -> TypeGuard[str]:
@@ -67,10 +93,5 @@ def check_policy_name(policy: Any) -> str | None:
 
 
 def check_max_tokens(max_tokens: Any) -> TypeGuard[int]:
-    if (
-        isinstance(max_tokens, bool)
-        or not isinstance(max_tokens, int)
-        or not 1 <= max_tokens <= MAX_TOKENS_LIMIT
-    ):
-        raise InvalidArgumentError(f"max_tokens must be an integer in [1, {MAX_TOKENS_LIMIT}]")
+    check_int(max_tokens, "max_tokens", 1, MAX_TOKENS_LIMIT)
     return True

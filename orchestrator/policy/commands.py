@@ -20,12 +20,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import InvalidArgumentError, PolicyViolationError
+from orchestrator.policy.arguments import check_flag
 from orchestrator.policy.model import Policy
 from orchestrator.policy.shell_words import simple_commands
 
-__all__ = ["check_command_text", "decide", "enforce", "match_texts", "matches", "programs"]
+__all__ = [
+    "MAX_COMMAND_BYTES",
+    "check_command_text",
+    "decide",
+    "enforce",
+    "match_texts",
+    "matches",
+    "programs",
+]
 
-MAX_COMMAND_CHARS = 64 * 1024
+# The one bound on a command, on every path (terminal, shell, process, policy explain). A
+# terminal's command travels as one argv element, which Linux caps at 128 KiB (MAX_ARG_STRLEN),
+# so it is counted in UTF-8 bytes; 64 KiB is far more than a command line needs.
+MAX_COMMAND_BYTES = 64 * 1024
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 # Words that open or join compound commands: the program is the word after them.
 _KEYWORDS = frozenset(
@@ -43,12 +55,21 @@ class CommandDecision:
 
 
 def check_command_text(command: Any) -> str:
+    """The command as given, if it is one every path can run: non-blank text without NUL bytes,
+    encodable as UTF-8 (no lone surrogates) in at most ``MAX_COMMAND_BYTES``."""
     if not isinstance(command, str) or not command.strip():
         raise InvalidArgumentError("command must be a non-empty string")
     if "\0" in command:
         raise InvalidArgumentError("command must not contain NUL bytes")
-    if len(command) > MAX_COMMAND_CHARS:
-        raise InvalidArgumentError(f"command is longer than {MAX_COMMAND_CHARS} characters")
+    too_long = f"command is longer than {MAX_COMMAND_BYTES} bytes of UTF-8"
+    if len(command) > MAX_COMMAND_BYTES:  # every character is at least one byte
+        raise InvalidArgumentError(too_long)
+    try:
+        size = len(command.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("command is not valid Unicode text") from None
+    if size > MAX_COMMAND_BYTES:
+        raise InvalidArgumentError(too_long)
     return command
 
 
@@ -87,9 +108,8 @@ def decide(command: str, policy: Policy, *, confirm_dangerous: bool = False) -> 
 def enforce(command: Any, policy: Policy, *, confirm_dangerous: Any = False) -> str:
     """The checked command, or a ``policy`` / ``invalid_argument`` error naming why not."""
     text = check_command_text(command)
-    if not isinstance(confirm_dangerous, bool):
-        raise InvalidArgumentError("confirm_dangerous must be a boolean")
-    decision = decide(text, policy, confirm_dangerous=confirm_dangerous)
+    confirm = check_flag(confirm_dangerous, "confirm_dangerous")
+    decision = decide(text, policy, confirm_dangerous=confirm)
     if not decision.allowed:
         raise PolicyViolationError(f"{decision.reason} ({decision.rule})", rule=decision.rule)
     return text

@@ -5,42 +5,44 @@ which keeps the registry, the capped logs and the process groups (its docstring 
 
 Invariants: arguments are checked here before anything reaches the engine, so a bad one starts
 nothing; every reply is untrusted input, bounded in size, decoded strictly and checked against the
-models below, and anything else is a ``BackendError``; the running-process quota is counted and
-enforced inside the container under the registry's lock, so concurrent starts cannot both slip
-under it; process ids are 128 random bits, and every unknown id gets the same answer.
+models below, and anything else is a ``BackendError`` (the exchange is ``helper_exchange``'s);
+the running-process quota is counted and enforced inside the container under the registry's
+lock, so concurrent starts cannot both slip under it; process ids are 128 random bits, and every
+unknown id gets the same answer.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-import anyio
-import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.backend.base import STDERR, WORKSPACE, Backend, ExecSpec
+from orchestrator.backend.base import WORKSPACE, Backend
 from orchestrator.errors import (
     BackendError,
     InvalidArgumentError,
     QuotaExceededError,
     SessionNotFoundError,
 )
-from orchestrator.policy.commands import enforce
+from orchestrator.policy.arguments import check_int
+from orchestrator.policy.commands import MAX_COMMAND_BYTES, enforce
 from orchestrator.policy.model import Policy
+from orchestrator.session.helper_exchange import (
+    Helper,
+    HelperFailure,
+    call_helper,
+    parse_reply,
+)
 from orchestrator.session.paths import caller_env, workspace_path
-from orchestrator.session.repl.protocol import MAX_COUNT, untrusted_json
-
-M = TypeVar("M", bound=BaseModel)
+from orchestrator.session.repl.protocol import MAX_COUNT
 
 PROCS_ARGV = ("python3", "-I", "/opt/sandhold/worker/procs.py")
 # 128 bits of randomness: a process id is as unguessable as a session id.
 PROCESS_ID_BYTES = 16
 _PROCESS_ID = re.compile(r"^[0-9a-f]{32}$")
-MAX_COMMAND_CHARS = 16 * 1024
 DEFAULT_TAIL = 100
 MAX_TAIL_LINES = 10_000
 # The log holds twice what one read returns: a rotation keeps half, so a full read survives it.
@@ -54,7 +56,6 @@ MAX_LIST_REPLY_BYTES = 4 * 1024 * 1024
 # Output is JSON-escaped (a control byte becomes six characters) and framed by the fixed fields.
 ESCAPE_FACTOR = 6
 REPLY_SLACK_BYTES = 64 * 1024
-STDERR_TAIL_BYTES = 2048
 
 ProcessState = Literal["running", "exited", "killed"]
 ProcessId = Annotated[str, Field(pattern=_PROCESS_ID.pattern)]
@@ -87,7 +88,7 @@ class ProcessInfo(_Result):
     ports: tuple[Port, ...] = Field(max_length=1024, strict=False)
     elapsed_s: float = Field(ge=0, le=10 * 365 * 86400, allow_inf_nan=False)
     pid: Pid
-    command: str = Field(max_length=MAX_COMMAND_CHARS)
+    command: str = Field(max_length=MAX_COMMAND_BYTES)
 
 
 class ProcessListResult(_Result):
@@ -115,12 +116,22 @@ class ProcessKillResult(ProcessInfo):
     group_empty: bool
 
 
-class _Failure(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+def _quota_refusal(failure: HelperFailure) -> QuotaExceededError:
+    return QuotaExceededError(
+        f"processes_per_session: {failure.running} background processes are running",
+        quota="processes_per_session",
+        hint="kill one first",
+    )
 
-    error_type: str = Field(max_length=64)
-    error_message: str = Field(max_length=4096)
-    running: int | None = Field(default=None, ge=0, le=100_000)
+
+PROCESS_HELPER = Helper(
+    "process helper",
+    refusals={
+        "session_not_found": lambda failure: SessionNotFoundError(_unknown_message()),
+        "invalid_argument": lambda failure: InvalidArgumentError(failure.error_message),
+        "quota_exceeded": _quota_refusal,
+    },
+)
 
 
 class SessionProcesses:
@@ -156,7 +167,6 @@ class SessionProcesses:
     ) -> ProcessStartResult:
         """Launch ``bash -c command`` in the background if the shell policy allows it;
         ``quota_exceeded`` past the policy's ``limits.processes_per_session`` running ones."""
-        command = _check_command(command)
         command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         request = {
             "process_id": secrets.token_hex(PROCESS_ID_BYTES),
@@ -167,7 +177,9 @@ class SessionProcesses:
             "max_running": self._max_running(),
         }
         data = await self._call("start", request, max_reply_bytes=REPLY_SLACK_BYTES)
-        result = _parse(ProcessStartResult, {**data, "command": command})
+        result = parse_reply(
+            PROCESS_HELPER, "start", ProcessStartResult, {**data, "command": command}
+        )
         if result.process_id != request["process_id"] or result.pgid != result.pid:
             raise BackendError("the process helper answered start for another process")
         if self.on_started is not None:
@@ -176,19 +188,19 @@ class SessionProcesses:
 
     async def list(self) -> ProcessListResult:
         data = await self._call("list", {}, max_reply_bytes=MAX_LIST_REPLY_BYTES)
-        return _parse(ProcessListResult, data)
+        return parse_reply(PROCESS_HELPER, "list", ProcessListResult, data)
 
     async def read_output(
         self, process_id: str, *, tail: int = DEFAULT_TAIL
     ) -> ProcessOutputResult:
         """The last ``tail`` lines of the process's output (stdout and stderr, interleaved)."""
         process_id = _check_process_id(process_id)
-        _check_tail(tail)
+        check_int(tail, "tail", 1, MAX_TAIL_LINES)
         max_bytes = self._policy.output.max_stream_bytes
         request = {"process_id": process_id, "tail": tail, "max_bytes": max_bytes}
         reply_cap = ESCAPE_FACTOR * max_bytes + REPLY_SLACK_BYTES
         data = await self._call("read_output", request, max_reply_bytes=reply_cap)
-        result = _parse(ProcessOutputResult, data)
+        result = parse_reply(PROCESS_HELPER, "read_output", ProcessOutputResult, data)
         if result.process_id != process_id or len(result.output) > max_bytes:
             raise BackendError("the process helper sent output it was not asked for")
         return result
@@ -203,7 +215,7 @@ class SessionProcesses:
             max_reply_bytes=REPLY_SLACK_BYTES,
             timeout=OP_TIMEOUT + grace + KILL_EXTRA_WAIT,
         )
-        result = _parse(ProcessKillResult, data)
+        result = parse_reply(PROCESS_HELPER, "kill", ProcessKillResult, data)
         if result.process_id != process_id:
             raise BackendError("the process helper answered kill for another process")
         return result
@@ -214,85 +226,17 @@ class SessionProcesses:
         request: dict[str, Any],
         *,
         max_reply_bytes: int,
-        timeout: float = OP_TIMEOUT,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
-        """One exec of the helper: the request on stdin, one bounded JSON reply on stdout."""
-        spec = ExecSpec(argv=[*PROCS_ARGV, op])
-        stream = await self._backend.open_exec(self._container_id, spec)
-        out, err = bytearray(), b""
-        try:
-            with anyio.move_on_after(timeout) as scope:
-                await stream.send(json.dumps(request).encode())
-                await stream.send_eof()
-                while (chunk := await stream.receive()) is not None:
-                    if chunk[0] == STDERR:
-                        err = (err + chunk[1])[-STDERR_TAIL_BYTES:]
-                        continue
-                    out += chunk[1]
-                    if len(out) > max_reply_bytes:
-                        raise BackendError(f"the process helper's {op} reply is oversized")
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-        if scope.cancelled_caught:
-            raise BackendError(f"the process helper did not answer {op} within {timeout:g} s")
-        return _envelope(op, bytes(out), err)
-
-
-def _envelope(op: str, raw: bytes, err: bytes) -> dict[str, Any]:
-    """The payload of a successful reply, or the error a failed one stands for."""
-    try:
-        data = untrusted_json(raw)
-    except ValueError:
-        detail = err.decode("utf-8", "replace").strip()[-500:] or "no output"
-        raise BackendError(f"the process helper sent no valid reply to {op}: {detail}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
-        raise BackendError(f"the process helper's {op} reply has no ok flag")
-    if data.pop("ok"):
-        return data
-    failure = _parse(_Failure, data)
-    message = failure.error_message[:500]
-    if failure.error_type == "session_not_found":
-        raise SessionNotFoundError(_unknown_message())
-    if failure.error_type == "invalid_argument":
-        raise InvalidArgumentError(message)
-    if failure.error_type == "quota_exceeded":
-        raise QuotaExceededError(
-            f"processes_per_session: {failure.running} background processes are running",
-            quota="processes_per_session",
-            hint="kill one first",
+        return await call_helper(
+            self._backend,
+            self._container_id,
+            PROCESS_HELPER,
+            [*PROCS_ARGV, op],
+            request,
+            max_reply_bytes=max_reply_bytes,
+            timeout=OP_TIMEOUT if timeout is None else timeout,
         )
-    raise BackendError(f"the process helper failed {op}: {message}")
-
-
-def _parse(model: type[M], data: Any) -> M:
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "-"
-        raise BackendError(
-            f"the process helper sent a malformed reply ({where}: {first['msg']})"
-        ) from None
-
-
-def _check_command(command: Any) -> str:
-    if not isinstance(command, str) or not command.strip():
-        raise InvalidArgumentError("command must be a non-empty string")
-    if "\0" in command:
-        raise InvalidArgumentError("command must not contain NUL bytes")
-    if len(command) > MAX_COMMAND_CHARS:
-        raise InvalidArgumentError(f"command is longer than {MAX_COMMAND_CHARS} characters")
-    try:
-        command.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgumentError("command must be valid Unicode text") from None
-    return command
-
-
-def _check_tail(tail: Any) -> None:
-    if isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= MAX_TAIL_LINES:
-        raise InvalidArgumentError(f"tail must be an integer in [1, {MAX_TAIL_LINES}]")
 
 
 def _check_process_id(process_id: Any) -> str:

@@ -43,7 +43,6 @@ from orchestrator.policy.arguments import check_timeout
 from orchestrator.policy.commands import enforce
 from orchestrator.policy.model import Policy
 from orchestrator.session.signals import signal_process_group
-from orchestrator.session.terminal.args import check_command
 
 __all__ = ["PersistentShell"]
 
@@ -159,7 +158,7 @@ class PersistentShell:
         """Run ``command`` in the shell if the shell policy allows it; at ``timeout_s`` (the
         policy's default without one) it is interrupted, and the shell replaced if it does not
         come back."""
-        command = enforce(check_command(command), self._policy, confirm_dangerous=confirm_dangerous)
+        command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         timeout = check_timeout(timeout_s, self._policy)
         async with self._lock:
             if self._closed:

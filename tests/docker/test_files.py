@@ -10,6 +10,7 @@ import tarfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import pytest
 
 import orchestrator.session.files.operations as files_module
@@ -579,3 +580,14 @@ async def test_an_oversized_helper_reply_is_a_backend_error(
     monkeypatch.setattr(files_module, "FILEOPS_ARGV", ("head", "-c", "20000000", "/dev/zero"))
     with pytest.raises(BackendError):
         await small_files.read("x.txt")
+
+
+async def test_a_helper_that_does_not_answer_is_an_internal_error(
+    files: SessionFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operation's name comes last in the argv; here it is the silent shell's $1.
+    monkeypatch.setattr(files_module, "FILEOPS_ARGV", ("sh", "-c", "sleep 600", "sh"))
+    monkeypatch.setattr(files_module, "OP_TIMEOUT", 0.5)
+    with anyio.fail_after(30), pytest.raises(BackendError) as caught:
+        await files.read("x.txt")
+    assert caught.value.code == "internal"

@@ -18,10 +18,10 @@ from orchestrator.errors import (
     QuotaExceededError,
     SessionNotFoundError,
 )
+from orchestrator.policy.commands import MAX_COMMAND_BYTES
 from orchestrator.policy.model import Policy, load_policy
 from orchestrator.session.processes import (
     LOG_CAP_PER_STREAM_BYTES,
-    MAX_COMMAND_CHARS,
     ProcessInfo,
     SessionProcesses,
 )
@@ -255,7 +255,9 @@ async def test_a_working_directory_that_links_out_of_the_workspace_is_refused(
         ("echo a\0b", {}),
         (123, {}),
         (None, {}),
-        ("x" * (MAX_COMMAND_CHARS + 1), {}),
+        ("x" * (MAX_COMMAND_BYTES + 1), {}),
+        ("é" * (MAX_COMMAND_BYTES // 2 + 1), {}),
+        ("echo \ud800", {}),
         ("true", {"cwd": "/etc"}),
         ("true", {"cwd": "../outside"}),
         ("true", {"cwd": "does/not/exist"}),
@@ -325,5 +327,17 @@ async def test_a_lying_helper_gives_a_backend_error(
     procs, _ = session
     monkeypatch.setattr(processes_module, "PROCS_ARGV", ("python3", "-I", "-c", helper_output))
     with pytest.raises(BackendError) as caught:
+        await procs.list()
+    assert caught.value.code == "internal"
+
+
+async def test_a_helper_that_does_not_answer_is_an_internal_error(
+    session: tuple[SessionProcesses, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    procs, _ = session
+    # The operation's name comes last in the argv; here it is the silent shell's $1.
+    monkeypatch.setattr(processes_module, "PROCS_ARGV", ("sh", "-c", "sleep 600", "sh"))
+    monkeypatch.setattr(processes_module, "OP_TIMEOUT", 0.5)
+    with anyio.fail_after(30), pytest.raises(BackendError) as caught:
         await procs.list()
     assert caught.value.code == "internal"

@@ -13,7 +13,11 @@ import anyio
 import pytest
 
 from orchestrator._api import Orchestrator
+from orchestrator.errors import InvalidArgumentError
 from orchestrator.images import ImageBuildResult
+from orchestrator.policy.commands import MAX_COMMAND_BYTES
+from orchestrator.policy.model import load_policy
+from orchestrator.policy_ci.explain import explain_command
 from orchestrator.tools import TOOLS
 from tests.docker.test_python_repl import config
 
@@ -227,6 +231,32 @@ async def test_command_rules_apply_to_terminals_and_the_shell(orch: Orchestrator
     assert no_shell.structured["error_type"] == "policy"
     assert "shell.enabled" in no_shell.structured["error_message"]
     assert orch.list_sessions() == []  # refused before any session was made
+
+
+def _command_of(size: int) -> str:
+    """``true`` and a comment of four-byte characters, exactly ``size`` bytes of UTF-8."""
+    head = "true #"
+    wide, rest = divmod(size - len(head), 4)
+    return head + "\U0001f600" * wide + "x" * rest
+
+
+async def test_every_command_path_takes_the_same_longest_command(orch: Orchestrator) -> None:
+    sid = (await ok(orch, "python_repl", operation="execute", code="1"))["session_id"]
+    longest, over = _command_of(MAX_COMMAND_BYTES), _command_of(MAX_COMMAND_BYTES + 1)
+    assert len(longest.encode()) == MAX_COMMAND_BYTES
+    paths = [
+        ("terminal", {"operation": "start", "session_id": sid, "use_pty": False}),
+        ("terminal", {"operation": "run", "session_id": sid}),
+        ("process", {"operation": "start", "session_id": sid}),
+    ]
+    for tool, arguments in paths:
+        ran = await ok(orch, tool, **arguments, command=longest)
+        assert ran.get("exit_code") in (None, 0), ran
+        refused = await orch.call(tool, {**arguments, "command": over})
+        assert refused.structured["error_type"] == "invalid_argument", (tool, arguments)
+    assert explain_command(load_policy("default"), longest).decision == "allowed"
+    with pytest.raises(InvalidArgumentError):
+        explain_command(load_policy("default"), over)
 
 
 FORK_BOMB = (

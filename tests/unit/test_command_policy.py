@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import InvalidArgumentError, PolicyViolationError
-from orchestrator.policy.commands import decide, enforce
+from orchestrator.policy.commands import MAX_COMMAND_BYTES, check_command_text, decide, enforce
 from orchestrator.policy.model import Policy, load_policy
 
 
@@ -50,7 +50,19 @@ def test_an_allow_list_checks_every_program_of_a_pipeline() -> None:
         assert caught.value.rule == "shell.allow_commands"
 
 
-@pytest.mark.parametrize("command", ["", "   ", None, 3, "echo \0", "x" * 70_000])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "",
+        "   ",
+        None,
+        3,
+        "echo \0",
+        "x" * (MAX_COMMAND_BYTES + 1),
+        "é" * (MAX_COMMAND_BYTES // 2 + 1),
+        "echo \ud800",
+    ],
+)
 def test_a_malformed_command_is_an_invalid_argument(command: object) -> None:
     with pytest.raises(InvalidArgumentError):
         enforce(command, load_policy("default"))
@@ -59,3 +71,9 @@ def test_a_malformed_command_is_an_invalid_argument(command: object) -> None:
 def test_confirm_dangerous_must_be_a_boolean() -> None:
     with pytest.raises(InvalidArgumentError):
         enforce("ls", load_policy("default"), confirm_dangerous="yes")
+
+
+def test_the_command_bound_counts_utf8_bytes_up_to_the_limit() -> None:
+    exactly = "é" * (MAX_COMMAND_BYTES // 2)
+    assert check_command_text(exactly) == exactly
+    assert check_command_text("x" * MAX_COMMAND_BYTES)

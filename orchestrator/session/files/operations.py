@@ -1,5 +1,5 @@
 """The ``files`` tool on the host side: arguments checked, then one run of the in-container helper
-(``worker/fileops.py``) per operation, through the protocol of ``files_wire``.
+(``worker/fileops.py``) per operation (``helper_exchange``), its replies read as ``wire`` says.
 
 Confinement has two halves. Here: every path is confined lexically (``workspace_path``), sizes are
 bounded by ``limits.max_file_bytes``, and an uploaded archive is checked member by member
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import posixpath
 from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.backend.base import WORKSPACE, Backend, ExecSpec
+from orchestrator.backend.base import WORKSPACE, Backend
 from orchestrator.errors import BackendError, InvalidArgumentError
+from orchestrator.policy.arguments import check_flag
 from orchestrator.policy.model import Policy
 from orchestrator.session.files.archives import (
     TAR_OVERHEAD_BYTES,
@@ -31,6 +31,7 @@ from orchestrator.session.files.archives import (
     inside_workspace,
 )
 from orchestrator.session.files.wire import (
+    FILE_HELPER,
     MAX_LIST_ENTRIES,
     ArchiveReply,
     CheckReply,
@@ -42,10 +43,9 @@ from orchestrator.session.files.wire import (
     M,
     WriteReply,
     b64_len,
-    exchange,
     helper_b64,
-    parse_reply,
 )
+from orchestrator.session.helper_exchange import call_helper, parse_reply
 from orchestrator.session.paths import workspace_path
 
 __all__ = [
@@ -62,6 +62,9 @@ __all__ = [
 ]
 
 FILEOPS_ARGV = ("python3", "-I", "/opt/sandhold/worker/fileops.py")
+# One docker exec (~60 ms) plus moving at most max_file_bytes over a local socket; a minute
+# means the engine or the container is stuck.
+OP_TIMEOUT = 60.0
 # Room in a reply beyond the base64 of max_file_bytes: JSON framing and a full listing.
 REPLY_SLACK_BYTES = 8 * 1024 * 1024
 
@@ -148,9 +151,8 @@ class SessionFiles:
         if target == WORKSPACE:
             raise InvalidArgumentError(f"path names {WORKSPACE} itself, not a file in it")
         data = _content(content, content_b64, self._limit)
-        if not isinstance(make_parents, bool):
-            raise InvalidArgumentError("make_parents must be true or false")
-        request = {"path": target, "content_b64": _b64(data), "make_parents": make_parents}
+        parents = check_flag(make_parents, "make_parents")
+        request = {"path": target, "content_b64": _b64(data), "make_parents": parents}
         reply = await self._call("write", request, WriteReply)
         if reply.size != len(data):
             raise BackendError(f"the file helper wrote {reply.size} of {len(data)} bytes")
@@ -217,15 +219,16 @@ class SessionFiles:
         return DownloadResult(path=target, size=len(tar), entries=entries, tar_b64=_b64(tar))
 
     async def _call(self, op: str, request: dict[str, Any], model: type[M]) -> M:
-        payload = json.dumps(request).encode()
-        limit = b64_len(self._limit + TAR_OVERHEAD_BYTES) + REPLY_SLACK_BYTES
-        spec = ExecSpec(argv=[*FILEOPS_ARGV, op])
-        stream = await self._backend.open_exec(self._container_id, spec)
-        try:
-            stdout, stderr = await exchange(stream, payload, limit)
-        finally:
-            await stream.aclose()
-        return parse_reply(op, stdout, stderr, model)
+        data = await call_helper(
+            self._backend,
+            self._container_id,
+            FILE_HELPER,
+            [*FILEOPS_ARGV, op],
+            request,
+            max_reply_bytes=b64_len(self._limit + TAR_OVERHEAD_BYTES) + REPLY_SLACK_BYTES,
+            timeout=OP_TIMEOUT,
+        )
+        return parse_reply(FILE_HELPER, op, model, data)
 
 
 def _content(content: Any, content_b64: Any, limit: int) -> bytes:

@@ -1,7 +1,8 @@
 """Checks for the arguments of the terminal operations, and the limits they enforce.
 
 Pure: no I/O. A bad argument is refused here with ``invalid_argument`` before anything starts or
-changes; every check returns the value in the type the terminal code uses.
+changes; every check returns the value in the type the terminal code uses. The checks every tool
+shares (a command, an id, an integer, a flag) are ``policy.commands``' and ``policy.arguments``'.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.errors import InvalidArgumentError
+from orchestrator.policy.arguments import check_int
 from orchestrator.session.terminal.output_buffer import CHUNK_BYTES
 
 __all__ = [
@@ -20,16 +22,11 @@ __all__ = [
     "MAX_YIELD_MS",
     "MIN_READ_BYTES",
     "ReadArgs",
-    "bounded_int",
-    "check_command",
-    "check_flag",
-    "check_terminal_id",
     "input_bytes",
     "read_args",
     "shorten",
 ]
 
-MAX_ID_CHARS = 128
 # docker exec alone costs ~60 ms; a second catches the first output of most commands.
 DEFAULT_YIELD_MS = 1_000
 MAX_YIELD_MS = 30_000
@@ -41,8 +38,6 @@ DEFAULT_READ_BYTES = 64 * 1024
 MIN_READ_BYTES = CHUNK_BYTES
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_OUTPUT_CHARS = 4_000_000
-# Far below ARG_MAX: the command travels as one argv element.
-MAX_COMMAND_CHARS = 100_000
 MAX_INPUT_BYTES = 1024 * 1024
 MAX_TERMINAL_SIZE = 1_000
 # Cursors are byte offsets and chunk numbers: far beyond any output a terminal keeps.
@@ -57,24 +52,6 @@ class ReadArgs:
     since_offset: int | None
     max_bytes: int
     max_output_chars: int | None
-
-
-def check_command(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidArgumentError("command must be a non-empty string")
-    if "\0" in value:
-        raise InvalidArgumentError("command must not contain NUL bytes")
-    if len(value) > MAX_COMMAND_CHARS:
-        raise InvalidArgumentError(f"command is longer than {MAX_COMMAND_CHARS} characters")
-    _utf8(value, "command")
-    return value
-
-
-def check_terminal_id(value: object) -> str:
-    """Only the type and size: any such string is looked up, and an unknown one is not found."""
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
-        raise InvalidArgumentError(f"terminal_id must be a string of 1 to {MAX_ID_CHARS} chars")
-    return value
 
 
 def input_bytes(value: object) -> bytes:
@@ -92,35 +69,21 @@ def read_args(
     if since_seq is not None and since_offset is not None:
         raise InvalidArgumentError("give since_seq or since_offset, not both")
     return ReadArgs(
-        since_seq=None if since_seq is None else bounded_int(since_seq, "since_seq", 0, MAX_CURSOR),
+        since_seq=None if since_seq is None else check_int(since_seq, "since_seq", 0, MAX_CURSOR),
         since_offset=(
-            None
-            if since_offset is None
-            else bounded_int(since_offset, "since_offset", 0, MAX_CURSOR)
+            None if since_offset is None else check_int(since_offset, "since_offset", 0, MAX_CURSOR)
         ),
         max_bytes=(
             DEFAULT_READ_BYTES
             if max_bytes is None
-            else bounded_int(max_bytes, "max_bytes", MIN_READ_BYTES, MAX_READ_BYTES)
+            else check_int(max_bytes, "max_bytes", MIN_READ_BYTES, MAX_READ_BYTES)
         ),
         max_output_chars=(
             None
             if max_output_chars is None
-            else bounded_int(max_output_chars, "max_output_chars", 1, MAX_OUTPUT_CHARS)
+            else check_int(max_output_chars, "max_output_chars", 1, MAX_OUTPUT_CHARS)
         ),
     )
-
-
-def bounded_int(value: object, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}]")
-    return value
-
-
-def check_flag(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidArgumentError(f"{name} must be true or false")
-    return value
 
 
 def shorten(text: str, limit: int | None) -> tuple[str, int]:

@@ -31,6 +31,7 @@ import anyio.abc
 
 from orchestrator.backend.base import WORKSPACE, Backend
 from orchestrator.errors import QuotaExceededError, SessionNotFoundError
+from orchestrator.policy.arguments import check_flag, check_id, check_int
 from orchestrator.policy.commands import enforce
 from orchestrator.policy.model import Policy
 from orchestrator.session.paths import caller_env, workspace_path
@@ -45,10 +46,6 @@ from orchestrator.session.terminal.args import (
     MAX_TERMINAL_SIZE,
     MAX_WAIT_MS,
     MAX_YIELD_MS,
-    bounded_int,
-    check_command,
-    check_flag,
-    check_terminal_id,
     input_bytes,
     read_args,
     shorten,
@@ -61,7 +58,6 @@ __all__ = [
     "TerminalResult",
     "TerminalState",
     "TerminalStatus",
-    "check_command",
     "shorten",
     "signal_name",
     "signal_process_group",
@@ -161,11 +157,11 @@ class SessionTerminals:
     ) -> TerminalResult:
         """Run ``bash -c command`` if the shell policy allows it; return at its first output,
         its end, or after yield_time_ms."""
-        command = enforce(check_command(command), self._policy, confirm_dangerous=confirm_dangerous)
+        command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         pty = check_flag(use_pty, "use_pty")
         workdir = WORKSPACE if cwd is None else workspace_path(cwd, name="cwd")
         extra_env = caller_env(env)
-        timeout_ms = bounded_int(yield_time_ms, "yield_time_ms", 0, MAX_YIELD_MS)
+        timeout_ms = check_int(yield_time_ms, "yield_time_ms", 0, MAX_YIELD_MS)
         args = read_args(0, None, max_bytes, max_output_chars)
         self._reserve()
         try:
@@ -206,7 +202,7 @@ class SessionTerminals:
         max_output_chars: int | None = None,
     ) -> TerminalResult:
         """``read``, once there is output after the cursor, the terminal ended, or time ran out."""
-        wait_ms = bounded_int(timeout_ms, "timeout_ms", 0, MAX_WAIT_MS)
+        wait_ms = check_int(timeout_ms, "timeout_ms", 0, MAX_WAIT_MS)
         args = read_args(since_seq, since_offset, max_bytes, max_output_chars)
         return await self._get(terminal_id).wait_for_output(args, wait_ms)
 
@@ -246,8 +242,8 @@ class SessionTerminals:
                 await self._signal(term, "KILL")
 
     async def resize(self, terminal_id: str, rows: int, cols: int) -> TerminalStatus:
-        height = bounded_int(rows, "rows", 1, MAX_TERMINAL_SIZE)
-        width = bounded_int(cols, "cols", 1, MAX_TERMINAL_SIZE)
+        height = check_int(rows, "rows", 1, MAX_TERMINAL_SIZE)
+        width = check_int(cols, "cols", 1, MAX_TERMINAL_SIZE)
         term = self._get(terminal_id)
         await term.resize(self._backend, rows=height, cols=width)
         return term.status()
@@ -311,7 +307,7 @@ class SessionTerminals:
         return term
 
     def _get(self, terminal_id: object) -> Terminal:
-        key = check_terminal_id(terminal_id)
+        key = check_id(terminal_id, "terminal_id")
         self._sweep()
         term = self._terminals.get(key)
         if term is None:
