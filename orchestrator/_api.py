@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Any
 
+from orchestrator._core.call_context import CallContext, call_scope, new_call_id
 from orchestrator._core.config import OrchestratorConfig
 from orchestrator._core.manager import SessionManager
 from orchestrator._core.metrics import call_outcome_label
@@ -21,6 +22,13 @@ from orchestrator.tools import TOOLS, ToolResult, call_tool
 __all__ = ["ExecuteResult", "Orchestrator", "OrchestratorConfig"]
 
 log = logging.getLogger(__name__)
+# One line per call (INFO): tool, operation, outcome and duration, under the call's id.
+call_log = logging.getLogger("orchestrator.calls")
+
+
+def _session_argument(arguments: Any) -> str | None:
+    session_id = arguments.get("session_id") if isinstance(arguments, dict) else None
+    return session_id if isinstance(session_id, str) else None
 
 
 class Orchestrator(SessionManager):
@@ -30,13 +38,35 @@ class Orchestrator(SessionManager):
         return {name: list(tool.operations) for name, tool in TOOLS.items()}
 
     async def call(
-        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+        self,
+        tool: Any,
+        arguments: Any,
+        *,
+        tenant: str | None = None,
+        task: Any = None,
+        call_id: str | None = None,
     ) -> ToolResult:
         """One tool call as every interface makes it: ``{operation, ...}`` in, a result out, for
         ``tenant`` and optionally one ``task`` of it. Every call, refused ones included, goes
         into the audit log when one is kept; a call cancelled before its answer (its code may
-        well have run) as ``cancelled``."""
+        well have run) as ``cancelled``. ``call_id`` (default: a new one, ``new_call_id``)
+        names the call in its audit record and in what is logged while it runs."""
         started = time.perf_counter()
+        context = CallContext(
+            call_id or new_call_id(), tenant or self.config.tenant, _session_argument(arguments)
+        )
+        with call_scope(context):
+            return await self._call(tool, arguments, tenant, task, context, started)
+
+    async def _call(
+        self,
+        tool: Any,
+        arguments: Any,
+        tenant: str | None,
+        task: Any,
+        context: CallContext,
+        started: float,
+    ) -> ToolResult:
         found = TOOLS.get(tool) if isinstance(tool, str) else None
         result: ToolResult | None = None
         try:
@@ -56,7 +86,7 @@ class Orchestrator(SessionManager):
             seconds = time.perf_counter() - started
             self._count_call(tool, arguments, tenant, result, seconds)
             if self._audit is not None:  # on every path, a cancel's too (recording is shielded)
-                await self._audit_call(tool, arguments, tenant, task, result, seconds)
+                await self._audit_call(tool, arguments, tenant, task, result, seconds, context)
         return result
 
     def _count_call(
@@ -74,6 +104,17 @@ class Orchestrator(SessionManager):
         if outcome == "quota_exceeded" and structured is not None:
             quota = structured.get("quota")
             self.metrics.refused_for_quota(tenant or self.config.tenant, quota)
+        if call_log.isEnabledFor(logging.INFO):
+            tool_label, operation_label = self.metrics.call_labels(tool, operation)
+            session_id = (structured or {}).get("session_id")
+            call_log.info(
+                "%s.%s: %s in %.1f ms", tool_label, operation_label, outcome, seconds * 1000,
+                extra={
+                    "tool": tool_label, "operation": operation_label, "outcome": outcome,
+                    "duration_ms": round(seconds * 1000, 3),
+                    "session": session_id if isinstance(session_id, str) else None,
+                },
+            )  # fmt: skip
 
     async def _audit_call(
         self,
@@ -83,6 +124,7 @@ class Orchestrator(SessionManager):
         task: str | None,
         result: ToolResult | None,
         seconds: float,
+        context: CallContext,
     ) -> None:
         """One call's record; ``result`` None is a call that ended without one: cancelled."""
         assert self._audit is not None
@@ -103,6 +145,7 @@ class Orchestrator(SessionManager):
                 **call_outcome(str(tool), structured, answered=result is not None),
                 duration_ms=round(seconds * 1000, 3),
                 outcome="cancelled" if result is None else None,
+                call_id=context.call_id,
             )
         except OrchestratorError as exc:
             # The call has happened; refusing its answer now would not undo it. Say it loudly.

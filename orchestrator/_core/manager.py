@@ -554,7 +554,10 @@ class SessionManager(PythonReplOperations):
         if not self._table.remove(session, reason):
             return
         self.metrics.sessions_ended.labels(ending_kind(reason)).inc()
-        log.info("session %s of %s ended: %s", session.id, session.tenant, reason)
+        log.info(
+            "session %s of %s ended: %s", session.id, session.tenant, reason,
+            extra={"session": session.id},
+        )  # fmt: skip
         await session.aclose(self.backend)
 
     async def drop_vanished_sessions(self) -> None:

@@ -157,13 +157,16 @@ class Metrics:
         self._call_children: dict[tuple[str, str, str], Callable[[], None]] = {}
         self._duration_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
+    def call_labels(self, tool: object, operation: object) -> tuple[str, str]:
+        """The tool and operation as label values: their names, or ``unknown``."""
+        tool_label = tool if isinstance(tool, str) and tool in self._operations else UNKNOWN
+        ops = self._operations.get(tool_label, frozenset())
+        return tool_label, operation if isinstance(operation, str) and operation in ops else UNKNOWN
+
     def record_call(self, tool: object, operation: object, outcome: str, seconds: float) -> None:
         """One call: counted by outcome, its duration observed. Cheap: two dict looks-ups and
         two increments once a label combination has been seen."""
-        tool_label = tool if isinstance(tool, str) and tool in self._operations else UNKNOWN
-        ops = self._operations.get(tool_label, frozenset())
-        op_label = operation if isinstance(operation, str) and operation in ops else UNKNOWN
-        key = (tool_label, op_label, outcome)
+        key = (*self.call_labels(tool, operation), outcome)
         count = self._call_children.get(key)
         if count is None:
             count = self._call_children[key] = self.calls.labels(*key).inc

@@ -168,10 +168,12 @@ class AuditLog:
         worker_claims: Mapping[str, Any] | None = None,
         outcome: Outcome | None = None,
         details: Mapping[str, Any] | None = None,
+        call_id: str | None = None,
     ) -> None:
         """Append one call record; raises ``AuditLogError`` if it cannot be written, or is not
         written within ``RECORD_TIMEOUT``. ``outcome`` defaults to what ``success`` says.
-        ``details``: what an interface observed about a request it refused (kept in clear)."""
+        ``details``: what an interface observed about a request it refused (kept in clear);
+        ``call_id``: the call's id, as in the server's log and the REST response header."""
         append = partial(
             self._append,
             tenant=tenant,
@@ -185,7 +187,11 @@ class AuditLog:
             duration_ms=round(duration_ms, 3),
             arguments=arguments,
             **_given(
-                ran=ran, exit_status=exit_status, worker_claims=worker_claims, details=details
+                ran=ran,
+                exit_status=exit_status,
+                worker_claims=worker_claims,
+                details=details,
+                call_id=call_id,
             ),
         )
         with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_TIMEOUT) as bound:

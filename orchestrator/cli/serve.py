@@ -22,7 +22,8 @@ Limits (``HttpLimitsConfig``; each has an option): a request head must arrive wi
 limit is raised to the hard one at start) and ``--max-connections-per-client`` from one
 address, ``--auth-failures-per-minute`` wrong keys per address are answered 401 (then 429), and
 a tenant holds at most ``--max-streams-per-tenant`` event streams. Logs are rate-limited per
-kind of message.
+kind of message. ``--log-format json`` writes one JSON event a line (``cli._logging``); REST
+answers carry ``X-Sandhold-Call-Id``, the id of the call in the audit log and the log.
 
 Environment: the ``SANDHOLD_*`` settings of ``OrchestratorConfig.from_env`` (``SANDHOLD_IMAGE``,
 ``SANDHOLD_ORCHESTRATOR_ID``, ``SANDHOLD_EXTRA_LABELS``, ``SANDHOLD_REGISTRY``, ...; ``--policy``
@@ -38,7 +39,6 @@ import logging
 import resource
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Annotated
@@ -58,6 +58,7 @@ from orchestrator._core.tenants import (
     local_tenant,
 )
 from orchestrator.cli._common import reported_errors, stderr
+from orchestrator.cli._logging import LogFormat, configure_logging, uvicorn_log_config
 from orchestrator.cli.image import with_image
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
@@ -151,12 +152,16 @@ def serve(
     max_streams_per_tenant: Annotated[
         int, typer.Option(min=1, help="Event streams (SSE, GET /mcp) a tenant holds at once.")
     ] = _LIMITS.max_streams_per_tenant,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            help="Logs on stderr: text lines, or one JSON event a line (time, level, event, "
+            "logger, session, tenant, call_id)."
+        ),
+    ] = "text",
 ) -> None:
     """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s"
-    )
-    logging.getLogger("orchestrator").setLevel(logging.INFO)
+    configure_logging(log_format)
     with reported_errors():
         config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
         load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
@@ -183,7 +188,7 @@ def serve(
         listener = _listen(host, port)
         with listener:
             stopped_by = anyio.run(
-                _serve_until_stopped, config, keys, limits, listener, host, notice
+                _serve_until_stopped, config, keys, limits, listener, host, notice, log_format
             )
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
@@ -273,6 +278,7 @@ async def _serve_until_stopped(
     listener: socket.socket,
     host: str,
     notice: str,
+    log_format: LogFormat,
 ) -> int | None:
     """Serve until a stop signal (its number is returned); the signal receiver stays open until
     the teardown has ended, so no second signal can kill the process halfway through it."""
@@ -283,7 +289,7 @@ async def _serve_until_stopped(
             with run.startup:
                 config = await with_image(config)
             if not run.received:
-                await _serve(config, keys, limits, listener, host, notice, run)
+                await _serve(config, keys, limits, listener, host, notice, log_format, run)
             group.cancel_scope.cancel()
     return run.received[0] if run.received else None
 
@@ -307,6 +313,7 @@ async def _serve(
     listener: socket.socket,
     host: str,
     notice: str,
+    log_format: LogFormat,
     run: _Run,
 ) -> None:
     async with Orchestrator(config) as orchestrator:
@@ -318,6 +325,7 @@ async def _serve(
             limits=limits,
             lifespan="on",
             log_level="info",
+            log_config=uvicorn_log_config(log_format),
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_TIMEOUT,
         )
         limit_log_rate()  # after uvicorn's Config has set up its loggers

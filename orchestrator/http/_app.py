@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from orchestrator._api import Orchestrator
+from orchestrator._core.call_context import new_call_id
 from orchestrator._core.tenants import TenantKeys
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
@@ -96,6 +97,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 # The task scope a call runs for, within the tenant its API key names (optional).
 TASK_HEADER = "x-sandhold-task"
+# The id of the call a REST answer is for: the one in its audit record and the server's log.
+CALL_ID_HEADER = "x-sandhold-call-id"
 
 
 class _Api:
@@ -107,8 +110,13 @@ class _Api:
     async def _call(self, request: Request, tool: str, arguments: Any) -> Response:
         tenant = request.scope[TENANT_SCOPE_KEY]
         task = request.headers.get(TASK_HEADER)
-        result = await self.orchestrator.call(tool, arguments, tenant=tenant, task=task)
-        return answer(result.structured)
+        call_id = new_call_id()
+        result = await self.orchestrator.call(
+            tool, arguments, tenant=tenant, task=task, call_id=call_id
+        )
+        response = answer(result.structured)
+        response.headers[CALL_ID_HEADER] = call_id
+        return response
 
     async def _json_body(self, request: Request) -> Any:
         return parse_json(await read_body(request, self.max_body_bytes))

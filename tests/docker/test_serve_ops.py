@@ -1,9 +1,11 @@
 """What ``sandhold serve`` offers the people who run it, against a real server: ``/metrics`` in
 Prometheus's text format whose counters move with calls; ``/readyz`` naming what is not ready
-(a missing image, an engine cut by ``tests.engine_proxy``) while ``/healthz`` stays live."""
+(a missing image, an engine cut by ``tests.engine_proxy``) while ``/healthz`` stays live;
+``--log-format json`` lines that parse, with the call id of the REST header and the audit log."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 from pathlib import Path
@@ -149,3 +151,40 @@ async def test_readyz_is_503_naming_the_engine_while_it_is_cut_and_200_once_it_i
     assert body["checks"]["engine"].startswith("backend_unavailable: ")
     assert body["checks"]["registry"] == "ok"
     assert alive.status_code == 200 and back == 200
+
+
+async def test_json_logs_parse_line_by_line_and_share_the_call_id_with_header_and_audit(
+    worker_image: ImageBuildResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    audit_dir = tmp_path / "audit"
+    monkeypatch.setenv("SANDHOLD_AUDIT_DIR", str(audit_dir))
+    async with running(worker_image.tag, tmp_path, "--log-format", "json") as server:
+        headers = {"Authorization": f"Bearer {local_key(server.notice)}"}
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+            with anyio.fail_after(CALL_TIMEOUT):
+                made = await http.post("/v1/sessions", json={"code": "'x\\ny'"}, headers=headers)
+                listed = await http.get("/v1/sessions", headers=headers)
+        await stop(server)
+    call_id = made.headers["x-sandhold-call-id"]
+    assert len(call_id) == 16 and listed.headers["x-sandhold-call-id"] != call_id
+    session_id = made.json()["session_id"]
+
+    lines = (tmp_path / f"{server.orchestrator_id}.stderr").read_text().splitlines()
+    events = [json.loads(line) for line in lines]  # every line is one JSON event
+    assert all(
+        {"time", "level", "event", "logger", "session", "tenant", "call_id"} <= e.keys()
+        for e in events
+    )
+    (call,) = [e for e in events if e["call_id"] == call_id]
+    assert call["logger"] == "orchestrator.calls" and call["level"] == "info"
+    assert call["tenant"] == "local" and call["session"] == session_id
+    assert (call["tool"], call["operation"], call["outcome"]) == ("python_repl", "execute", "ok")
+    assert any(e["logger"] == "uvicorn.access" for e in events)
+
+    records = [
+        json.loads(line)
+        for segment in sorted(audit_dir.glob("audit-*.jsonl"))
+        for line in segment.read_text().splitlines()
+    ]
+    (audited,) = [r for r in records if r.get("call_id") == call_id]
+    assert audited["session_id"] == session_id and audited["operation"] == "execute"
