@@ -17,6 +17,7 @@ GROUPS = (
     ("audit", "orchestrator.cli.audit", "audit_app"),
     ("image", "orchestrator.cli.image", "image_app"),
     ("policy", "orchestrator.cli.policy", "policy_app"),
+    ("tenant", "orchestrator.cli.tenant", "tenant_app"),
 )
 COMMANDS = (
     ("run", "orchestrator.cli.run", "run"),

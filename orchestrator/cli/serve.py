@@ -60,6 +60,7 @@ from orchestrator._core.tenants import (
 from orchestrator.cli._common import reported_errors, stderr
 from orchestrator.cli._logging import LogFormat, configure_logging, uvicorn_log_config
 from orchestrator.cli.image import with_image
+from orchestrator.cli.tenant import default_tenants_file
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
 from orchestrator.policy.arguments import check_policy_name
@@ -93,8 +94,9 @@ def serve(
         Path | None,
         typer.Option(
             help="Tenants file (TOML: one tenant table per tenant, with name, key_sha256, and "
-            "optionally policies and quotas); default: one local tenant, its key kept in the "
-            "data directory."
+            "optionally policies and quotas; `sandhold tenant add` writes one); default: "
+            "tenants.toml in the data directory if it exists, else one local tenant, its key "
+            "kept in the data directory."
         ),
     ] = None,
     policy: Annotated[
@@ -167,6 +169,7 @@ def serve(
         load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
         if pool:
             config = _with_pool(config, pool)
+        tenants = _tenants_file(tenants)
         keys, notice = _keys(tenants)
         limits = _within_descriptors(
             HttpLimitsConfig(
@@ -200,6 +203,15 @@ def _with_pool(config: OrchestratorConfig, size: int) -> OrchestratorConfig:
     except InvalidArgumentError:
         raise InvalidArgumentError("--pool needs a policy name, not a policy file") from None
     return dataclasses.replace(config, pool={config.default_policy: size})
+
+
+def _tenants_file(given: Path | None) -> Path | None:
+    """``--tenants``, else the data directory's ``tenants.toml`` when there is one (which
+    ``sandhold tenant add`` writes), else None: the one local tenant."""
+    if given is not None:
+        return given
+    default = default_tenants_file()
+    return default if default.exists() else None
 
 
 def _keys(tenants: Path | None) -> tuple[TenantKeys, str]:

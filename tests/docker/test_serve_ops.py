@@ -1,13 +1,17 @@
 """What ``sandhold serve`` offers the people who run it, against a real server: ``/metrics`` in
 Prometheus's text format whose counters move with calls; ``/readyz`` naming what is not ready
 (a missing image, an engine cut by ``tests.engine_proxy``) while ``/healthz`` stays live;
-``--log-format json`` lines that parse, with the call id of the REST header and the audit log."""
+``--log-format json`` lines that parse, with the call id of the REST header and the audit log;
+``sandhold tenant add`` making a key that serve accepts."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +192,56 @@ async def test_json_logs_parse_line_by_line_and_share_the_call_id_with_header_an
     ]
     (audited,) = [r for r in records if r.get("call_id") == call_id]
     assert audited["session_id"] == session_id and audited["operation"] == "execute"
+
+
+def sandhold(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SANDHOLD_DATA_DIR": str(data_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        env=env, capture_output=True, text=True, timeout=CALL_TIMEOUT, check=False,
+    )  # fmt: skip
+
+
+async def test_tenant_add_makes_a_key_that_serve_accepts_from_the_default_tenants_file(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    added = sandhold(
+        data_dir, "tenant", "add", "ci-team", "--policies", "default", "--quota", "sessions=1"
+    )
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip()
+    assert key.startswith("sandhold_") and len(key.splitlines()) == 1
+    assert key not in (data_dir / "tenants.toml").read_text()
+    listed = sandhold(data_dir, "tenant", "list", "--json")
+    assert json.loads(listed.stdout) == [
+        {"name": "ci-team", "policies": ["default"], "quotas": {"sessions": 1}}
+    ]
+    assert key not in listed.stdout and "key_sha256" not in listed.stdout
+
+    async with running(worker_image.tag, tmp_path, data_dir=data_dir) as server:
+        assert "1 tenant(s) from" in server.notice and "tenants.toml" in server.notice
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+            with anyio.fail_after(CALL_TIMEOUT):
+                made = await http.post(
+                    "/v1/sessions",
+                    json={"code": "1 + 1"},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                wrong = await http.get("/v1/sessions", headers={"Authorization": f"Bearer {key}x"})
+        await stop(server)
+    assert made.status_code == 200 and made.json()["result_repr"] == "2", made.text
+    assert wrong.status_code == 401
+    assert not (data_dir / "api-key").exists()  # no local tenant beside a tenants file
+
+
+def test_tenant_add_refuses_an_unknown_quota_and_a_second_tenant_of_one_name(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    typo = sandhold(data_dir, "tenant", "add", "ci", "--quota", "sesions=1")
+    assert typo.returncode == 2 and typo.stderr.startswith("error: invalid_argument: ")
+    assert "sesions" in typo.stderr and not (data_dir / "tenants.toml").exists()
+    assert sandhold(data_dir, "tenant", "add", "ci").returncode == 0
+    again = sandhold(data_dir, "tenant", "add", "ci")
+    assert again.returncode == 2 and again.stdout == ""

@@ -1,0 +1,118 @@
+"""``sandhold tenant add | rotate | list``: the tenants file that ``sandhold serve`` reads
+(``--tenants``, default ``tenants.toml`` in the data directory, which serve then reads by
+default). A new key is printed once, alone on stdout (so ``KEY=$(sandhold tenant add x)``
+works); the file keeps only its sha256. A running server picks changes up on SIGHUP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator._core.tenant_admin import (
+    TENANTS_FILE,
+    add_tenant,
+    parse_quotas,
+    read_tenants,
+    rotate_key,
+)
+from orchestrator._core.tenants import data_dir
+from orchestrator.cli._common import reported_errors, stdout
+from orchestrator.errors import InvalidArgumentError
+from orchestrator.policy.model import load_policy
+
+__all__ = ["default_tenants_file", "tenant_app"]
+
+tenant_app = typer.Typer(
+    help="Tenants and their API keys, in the tenants file serve reads.", no_args_is_help=True
+)
+
+TenantsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tenants", help=f"The tenants file; default: {TENANTS_FILE} in the data directory."
+    ),
+]
+
+
+def default_tenants_file() -> Path:
+    return data_dir() / TENANTS_FILE
+
+
+@tenant_app.command("add")
+def tenant_add(
+    name: Annotated[str, typer.Argument(help="The tenant's name (a-z, 0-9, _.-).")],
+    policies: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated policies the tenant may use; default: any."),
+    ] = None,
+    quota: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A quota as name=value (sessions, memory_mb, cpus, terminals_per_session, "
+            "processes_per_session); repeatable."
+        ),
+    ] = None,
+    tenants: TenantsOption = None,
+) -> None:
+    """Add a tenant with a new API key, printed once."""
+    path = tenants or default_tenants_file()
+    with reported_errors():
+        allowed = _policies(policies)
+        key = add_tenant(path, name, policies=allowed, quotas=parse_quotas(quota or []))
+    typer.echo(f"sandhold: tenant {name!r} added to {path}; its API key (shown once):", err=True)
+    typer.echo(key)
+
+
+@tenant_app.command("rotate")
+def tenant_rotate(
+    name: Annotated[str, typer.Argument(help="The tenant whose key to replace.")],
+    tenants: TenantsOption = None,
+) -> None:
+    """Give a tenant a new API key, printed once; the old one stops working once serve reloads
+    (SIGHUP) or restarts."""
+    path = tenants or default_tenants_file()
+    with reported_errors():
+        key = rotate_key(path, name)
+    typer.echo(f"sandhold: tenant {name!r} has a new API key (shown once):", err=True)
+    typer.echo(key)
+
+
+@tenant_app.command("list")
+def tenant_list(
+    tenants: TenantsOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The tenants: names, policies and quotas (never keys)."""
+    path = tenants or default_tenants_file()
+    with reported_errors():
+        found = read_tenants(path)
+    rows = [
+        {
+            "name": t.name,
+            "policies": None if t.policies is None else list(t.policies),
+            "quotas": t.quotas.model_dump(exclude_none=True),
+        }
+        for t in found
+    ]
+    if as_json:
+        stdout.print(json.dumps(rows, indent=2), markup=False)
+        return
+    for row in rows:
+        allowed = "any" if row["policies"] is None else ",".join(row["policies"]) or "none"
+        quotas = " ".join(f"{k}={v}" for k, v in row["quotas"].items()) or "-"
+        stdout.print(f"{row['name']}\tpolicies={allowed}\tquotas: {quotas}", markup=False)
+
+
+def _policies(text: str | None) -> tuple[str, ...] | None:
+    """The policy names, each loaded once so that a typo is refused here, not at a create."""
+    if text is None:
+        return None
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise InvalidArgumentError("--policies: name at least one policy")
+    for name in names:
+        load_policy(name)
+    return names
