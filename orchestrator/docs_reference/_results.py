@@ -1,0 +1,295 @@
+"""What each operation answers, for the tool reference: the fields its handler sets itself and
+the result model whose fields follow, with what every field means.
+
+The models (``ExecuteResult``, ``TerminalResult``, ``ProcessInfo``, ...) declare the fields and
+their types; the meanings are kept here, per model, and ``result_fields`` refuses a model field
+without one and a meaning for a field no model has, so the page cannot fall behind a model. That
+each operation's answer holds only the fields listed is checked against real containers
+(tests/docker/test_docs_results.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from orchestrator._core.repl_operations import ExecuteResult
+from orchestrator.session.files.operations import (
+    DownloadResult,
+    FileEntry,
+    ListResult,
+    ReadResult,
+    UploadResult,
+    WriteResult,
+)
+from orchestrator.session.processes import (
+    ProcessInfo,
+    ProcessKillResult,
+    ProcessOutputResult,
+    ProcessStartResult,
+)
+from orchestrator.session.repl.interpreter import ExecuteOutcome
+from orchestrator.session.repl.protocol import InspectReply, VariableInfo
+from orchestrator.session.shell import ShellRunResult
+from orchestrator.session.terminal.models import TerminalResult, TerminalStatus
+
+__all__ = ["RESULTS", "ResultShape"]
+
+# A field a handler sets itself: its name, its type as the page says it, and what it means.
+Added = Mapping[str, tuple[str, str]]
+
+SESSION = {"session_id": ("string", "The session the call used.")}
+CREATED = {"created_new_session": ("boolean", "Whether this call created the session.")}
+
+
+@dataclass(frozen=True)
+class ResultShape:
+    """One operation's answer: ``added`` fields, then ``model``'s; ``items`` gives the shape of
+    each item of a list field."""
+
+    added: Added = field(default_factory=dict)
+    model: type[BaseModel] | None = None
+    items: Mapping[str, ResultShape] = field(default_factory=dict)
+
+
+MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
+    ExecuteOutcome: {
+        "success": "Whether the code ran to its end without raising.",
+        "stdout": "What the code printed, up to the policy's `output.max_stream_bytes`.",
+        "stderr": "What the code wrote to stderr, within the same cap.",
+        "stdout_bytes": "Bytes written to stdout, what the cap cut away included.",
+        "stderr_bytes": "Bytes written to stderr, what the cap cut away included.",
+        "result_repr": "The `repr()` of a final expression's value, when there is one.",
+        "error_type": "On failure: the exception's class name, or `timeout`, `validation`, "
+        "`import_blocked`, `process_crashed`, `output_limit`.",
+        "error_message": "On failure: the exception's message, or why the code did not run.",
+        "traceback": "On an exception: the traceback, as Python prints it.",
+        "violations": "With `validation` or `import_blocked`: every reason the code was refused.",
+        "execution_time_ms": "Wall-clock time of the cell (measured by the worker).",
+        "cpu_time_ms": "CPU time of the cell (measured by the worker).",
+        "peak_memory_mb": "Peak memory of the interpreter during the cell, in MiB (the worker's).",
+        "timed_out": "The cell ran past its timeout and was interrupted.",
+        "state_reset": "The interpreter was replaced since the last call (a timeout SIGINT "
+        "could not end, a crash): earlier variables are gone.",
+        "truncated": "Some output was cut to fit the caps.",
+    },
+    ExecuteResult: {
+        "session_id": "The session the code ran in.",
+        "created_new_session": "Whether this call created the session.",
+    },
+    InspectReply: {
+        "found": "Whether the session has a variable of that name.",
+        "name": "The variable's name.",
+        "type": "Its type's name.",
+        "repr": "Its `repr()`, shortened when long.",
+        "length": "Its `len()`, when it has one.",
+        "doc": "Its docstring, when it has one.",
+        "signature": "Its call signature, for a callable.",
+        "shape": "Its shape, for an array or a data frame.",
+        "dtype": "Its element type, for an array or a series.",
+    },
+    VariableInfo: {"name": "The variable's name.", "type": "Its type's name."},
+    TerminalResult: {
+        "terminal_id": "The terminal.",
+        "state": "Whether its command still runs.",
+        "exit_code": "The command's exit status, once it has exited.",
+        "use_pty": "Whether it runs in a pseudo-terminal (else pipes).",
+        "output": "Output after the cursor, as text.",
+        "next_seq": "The cursor after this output: `since_seq` for the next read.",
+        "next_offset": "The byte offset after this output: `since_offset` for the next read.",
+        "gap": "Output between the cursor and this reply was dropped from the buffer.",
+        "dropped_bytes": "With `gap`, bytes dropped (when the cursor was an offset).",
+        "dropped_chunks": "With `gap`, chunks dropped (when the cursor was a sequence number).",
+        "has_more": "More output is buffered past this reply (`max_bytes`).",
+        "truncated": "The reply holds less than the buffer has (`has_more`, or `omitted_chars`).",
+        "omitted_chars": "Characters left out of the middle to fit `max_output_chars`.",
+        "wait_reason": "Why it returned: new output, the command's exit, or the time ran out.",
+    },
+    TerminalStatus: {
+        "terminal_id": "The terminal.",
+        "state": "Whether its command still runs.",
+        "exit_code": "The command's exit status, once it has exited.",
+        "use_pty": "Whether it runs in a pseudo-terminal.",
+        "stdin_closed": "Whether its input is closed.",
+        "written_bytes": "Bytes of input written by this call.",
+        "signal": "The signal this call sent.",
+        "signal_sent": "Whether it was delivered (false: the command had already exited).",
+        "escalated": "Whether KILL followed because the command outlived the grace.",
+    },
+    ShellRunResult: {
+        "stdout": "The command's output (stdout and stderr together), cut at the cap.",
+        "exit_code": "The command's exit status; null when it timed out.",
+        "cwd": "The shell's working directory after the command.",
+        "timed_out": "The command ran past its timeout and was interrupted.",
+        "shell_restarted": "The shell had to be replaced: its cwd and exports are lost.",
+        "truncated": "Output was cut to fit the cap.",
+    },
+    ProcessStartResult: {
+        "process_id": "The process, for `read_output` and `kill`.",
+        "pid": "Its process id inside the container.",
+        "pgid": "Its process group, which `kill` ends as a whole.",
+        "command": "The command line, as given.",
+        "cwd": "Its working directory.",
+    },
+    ProcessInfo: {
+        "process_id": "The process.",
+        "state": "`running`, `exited` or `killed`.",
+        "exit_code": "Its exit status once ended (minus the signal number when a signal ended it).",
+        "ports": "TCP ports its processes listen on.",
+        "elapsed_s": "Seconds since it started.",
+        "pid": "Its process id inside the container.",
+        "command": "The command line.",
+    },
+    ProcessOutputResult: {
+        "output": "The last lines of its log.",
+        "lines": "How many lines `output` holds.",
+        "dropped_bytes": "Output the log's size cap discarded.",
+        "truncated": "Fewer lines came back than asked for because of a cap.",
+    },
+    ProcessKillResult: {
+        "signal_used": "The strongest signal sent; null if the group had already ended.",
+        "group_empty": "Whether no process of its group remains.",
+    },
+    WriteResult: {
+        "path": "The file's path in the container.",
+        "size": "Bytes written.",
+        "created": "Whether the file is new.",
+    },
+    ReadResult: {
+        "path": "The file's path in the container.",
+        "size": "Its size in bytes.",
+        "encoding": "`utf-8`: `content` holds it; `base64`: `content_b64` does.",
+        "content": "The file as text (UTF-8 without NUL bytes).",
+        "content_b64": "The file's bytes, base64-encoded (any other file).",
+    },
+    ListResult: {
+        "path": "The directory's path in the container.",
+        "entries": "Its entries.",
+        "truncated": "The directory has more entries than one listing returns.",
+    },
+    FileEntry: {
+        "name": "The entry's name.",
+        "type": "What it is.",
+        "size": "Its size in bytes.",
+        "mode": "Permission bits, in octal (`0644`).",
+        "mtime": "Last modification, in seconds since the epoch.",
+        "link_target": "For a symlink, where it points.",
+    },
+    UploadResult: {
+        "path": "The directory the archive was extracted into.",
+        "entries": "Members extracted.",
+        "size": "Bytes extracted.",
+    },
+    DownloadResult: {
+        "path": "What was archived.",
+        "size": "Bytes archived.",
+        "entries": "Members in the archive.",
+        "tar_b64": "The tar archive, base64-encoded.",
+    },
+}
+
+PAUSE = {
+    "paused": ("boolean", "Whether the session is now paused."),
+    "changed": ("boolean", "Whether this call changed it (false: it already was)."),
+}
+
+RESULTS: Mapping[str, ResultShape] = {
+    "python_repl.execute": ResultShape(model=ExecuteResult),
+    "python_repl.reset": ResultShape(SESSION),
+    "python_repl.destroy": ResultShape(
+        {**SESSION, "destroyed": ("boolean", "Whether a session was ended by this call.")}
+    ),
+    "python_repl.list_sessions": ResultShape(
+        {
+            "sessions": ("array of session", "Your sessions."),
+            "count": ("integer", "How many."),
+        },
+        items={
+            "sessions": ResultShape(
+                {
+                    "session_id": ("string", "The session."),
+                    "policy": ("string", "The policy it runs under."),
+                    "task": ("string or null", "The task that owns it, if any."),
+                    "created_at": ("string", "When it was created (ISO 8601)."),
+                    "idle_seconds": ("number", "Seconds since its last call."),
+                    "commands_count": ("integer", "Cells in its history."),
+                }
+            )
+        },
+    ),
+    "python_repl.history": ResultShape(
+        {
+            **SESSION,
+            "history": ("array of entry", "The cells run, oldest first."),
+            "count": ("integer", "How many."),
+        },
+        items={
+            "history": ResultShape(
+                {
+                    "index": ("integer", "The cell's number in the session."),
+                    "code": ("string", "The code."),
+                    "timestamp": ("string", "When it ran (ISO 8601)."),
+                    "success": ("boolean", "Whether it ran without raising."),
+                    "summary": ("string", "One line: the start of its output, or ok/error."),
+                }
+            )
+        },
+    ),
+    "python_repl.history_context": ResultShape(
+        {**SESSION, "context": ("string", "The history as Markdown, within `max_tokens`.")}
+    ),
+    "python_repl.inspect": ResultShape(SESSION, InspectReply),
+    "python_repl.list_variables": ResultShape(
+        {
+            **SESSION,
+            "variables": ("array of variable", "The session's variables."),
+            "modules": ("array of string", "Modules the session has imported."),
+            "count": ("integer", "How many variables."),
+        },
+        items={"variables": ResultShape(model=VariableInfo)},
+    ),
+    "terminal.start": ResultShape({**SESSION, **CREATED}, TerminalResult),
+    "terminal.read": ResultShape(SESSION, TerminalResult),
+    "terminal.wait": ResultShape(SESSION, TerminalResult),
+    "terminal.write": ResultShape(SESSION, TerminalStatus),
+    "terminal.interrupt": ResultShape(SESSION, TerminalStatus),
+    "terminal.kill": ResultShape(SESSION, TerminalStatus),
+    "terminal.resize": ResultShape(SESSION, TerminalStatus),
+    "terminal.run": ResultShape({**SESSION, **CREATED}, ShellRunResult),
+    "process.start": ResultShape(SESSION, ProcessStartResult),
+    "process.list": ResultShape(
+        {
+            "processes": ("array of process", "Background processes, of every session asked."),
+            "count": ("integer", "How many."),
+        },
+        items={"processes": ResultShape(SESSION, ProcessInfo)},
+    ),
+    "process.read_output": ResultShape(SESSION, ProcessOutputResult),
+    "process.kill": ResultShape(SESSION, ProcessKillResult),
+    "files.write": ResultShape(SESSION, WriteResult),
+    "files.read": ResultShape(SESSION, ReadResult),
+    "files.list": ResultShape(SESSION, ListResult, {"entries": ResultShape(model=FileEntry)}),
+    "files.upload": ResultShape(SESSION, UploadResult),
+    "files.download": ResultShape(SESSION, DownloadResult),
+    "session.pause": ResultShape({**SESSION, **PAUSE}),
+    "session.resume": ResultShape({**SESSION, **PAUSE}),
+    "session.share": ResultShape(
+        {
+            "terminal_id": ("string", "The terminal shared."),
+            "task": ("string", "The task that received the grant."),
+            "actions": ("array of string", "The actions granted, sorted."),
+        }
+    ),
+    "session.close_owner": ResultShape(
+        {
+            "task": ("string", "The task closed."),
+            "sessions_ended": ("integer", "Sessions this call ended."),
+            "converged": (
+                "boolean",
+                "Whether nothing of the task is left (no session, none starting).",
+            ),
+        }
+    ),
+}
