@@ -1,26 +1,30 @@
-"""The error tree of sandhold. Every error carries a stable ``code``, the ``error_type`` every
-interface reports; messages are for people and may change, codes may not.
+"""The error tree of sandhold: every error it raises on purpose is one of these. Each carries a
+stable ``code``, the ``error_type`` every interface reports; messages are for people and may
+change, codes may not.
 
     OrchestratorError                      internal
     ├── InvalidArgumentError               invalid_argument
-    │   └── PolicyFileError                invalid_argument
+    │   ├── SettingsFileError              invalid_argument
+    │   │   ├── PolicyFileError            invalid_argument
+    │   │   └── TenantsFileError           invalid_argument
+    │   ├── RegistryError                  invalid_argument
+    │   └── BodyTooLargeError              invalid_argument (HTTP 413)
     ├── SessionNotFoundError               session_not_found
     ├── PolicyViolationError               policy
     ├── QuotaExceededError                 quota_exceeded
     ├── BusyError                          busy
-    ├── ExecutionError                     (code given per instance)
-    │   ├── ValidationError                validation
-    │   ├── ImportBlockedError             import_blocked
-    │   ├── ExecutionTimeoutError          timeout
-    │   ├── ProcessCrashedError            process_crashed
-    │   └── OutputLimitError               output_limit
+    ├── ExecutionError                     internal
+    │   └── ProcessCrashedError            process_crashed
+    ├── AuditLogError                      internal
     ├── ImageError                         internal
     │   └── ImageToolMissingError          invalid_argument
     └── BackendError                       internal
         ├── BackendUnavailableError        backend_unavailable
         └── ContainerNotFoundError         internal
 
-Errors raised by *user code* inside a sandbox are data in a result, never one of these.
+``validation``, ``import_blocked``, ``timeout`` and ``output_limit`` are what a cell or a command
+did: fields of its result, never raised. Errors raised by *user code* inside a sandbox are data
+in a result, never one of these.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from typing import ClassVar, Final
 
 __all__ = [
     "ERROR_TYPES",
+    "AuditLogError",
     "BackendError",
     "BackendUnavailableError",
+    "BodyTooLargeError",
     "BusyError",
     "ContainerNotFoundError",
     "ExecutionError",
-    "ExecutionTimeoutError",
     "ImageError",
     "ImageToolMissingError",
     "InvalidArgumentError",
@@ -43,7 +48,10 @@ __all__ = [
     "PolicyViolationError",
     "ProcessCrashedError",
     "QuotaExceededError",
+    "RegistryError",
     "SessionNotFoundError",
+    "SettingsFileError",
+    "TenantsFileError",
 ]
 
 ERROR_TYPES: Final = (
@@ -86,14 +94,30 @@ class InvalidArgumentError(OrchestratorError):
     code = "invalid_argument"
 
 
-class PolicyFileError(InvalidArgumentError):
-    """A policy file cannot be read, parsed or validated; names the file, key and reason."""
+class SettingsFileError(InvalidArgumentError):
+    """A settings file cannot be read, parsed or validated; names the file, key and reason."""
 
     def __init__(self, file: str, key: str, reason: str) -> None:
         super().__init__(f"{file}: {key}: {reason}")
         self.file = file
         self.key = key
         self.reason = reason
+
+
+class PolicyFileError(SettingsFileError):
+    """A policy file cannot be read, parsed or validated."""
+
+
+class TenantsFileError(SettingsFileError):
+    """A tenants file or an API key file cannot be read or validated."""
+
+
+class RegistryError(InvalidArgumentError):
+    """The registry file cannot be used: locked by another orchestrator, or not ours."""
+
+
+class BodyTooLargeError(InvalidArgumentError):
+    """An HTTP request body is larger than the server accepts (answered 413)."""
 
 
 class SessionNotFoundError(OrchestratorError):
@@ -138,28 +162,6 @@ class ExecutionError(OrchestratorError):
     """Running something in a sandbox failed for a reason of the sandbox, not of the code."""
 
 
-class ValidationError(ExecutionError):
-    """Code was rejected before it ran; ``violations`` lists every reason."""
-
-    code = "validation"
-
-    def __init__(self, message: str, *, violations: list[str]) -> None:
-        super().__init__(message)
-        self.violations = violations
-
-
-class ImportBlockedError(ValidationError):
-    """Code tried to import a module the policy does not allow."""
-
-    code = "import_blocked"
-
-
-class ExecutionTimeoutError(ExecutionError):
-    """The work did not finish within its timeout."""
-
-    code = "timeout"
-
-
 class ProcessCrashedError(ExecutionError):
     """The process serving the request died; ``cause`` says how (exit, signal, OOM)."""
 
@@ -170,10 +172,8 @@ class ProcessCrashedError(ExecutionError):
         self.cause = cause
 
 
-class OutputLimitError(ExecutionError):
-    """Output went past a limit that could not be met by truncation alone."""
-
-    code = "output_limit"
+class AuditLogError(OrchestratorError):
+    """The audit log cannot be opened or written: in use, closed, unreadable or disk failing."""
 
 
 class ImageError(OrchestratorError):

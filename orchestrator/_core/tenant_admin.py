@@ -26,12 +26,11 @@ from orchestrator._core.tenants import (
     TenantConfig,
     TenantQuotas,
     TenantsFile,
-    TenantsFileError,
     hash_key,
     load_tenants_file,
     new_key,
 )
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import InvalidArgumentError, TenantsFileError
 from orchestrator.policy._validation import first_problem
 
 __all__ = [

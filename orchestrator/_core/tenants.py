@@ -35,7 +35,7 @@ from typing import Annotated
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import TenantsFileError
 from orchestrator.policy._validation import first_problem
 
 TenantName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
@@ -49,16 +49,6 @@ KEY_BYTES = 32
 # A key shorter than this is not one we made; refuse it rather than trust a weak secret.
 MIN_KEY_CHARS = 32
 MAX_KEY_CHARS = 512
-
-
-class TenantsFileError(InvalidArgumentError):
-    """A tenants file or key file cannot be read or validated; names the file, key and reason."""
-
-    def __init__(self, file: str, key: str, reason: str) -> None:
-        super().__init__(f"{file}: {key}: {reason}")
-        self.file = file
-        self.key = key
-        self.reason = reason
 
 
 PolicyName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -118,6 +108,11 @@ class TenantKeys:
     def __init__(self, tenants: Iterable[TenantConfig]) -> None:
         self.tenants = {t.name: t for t in tenants}
         self._hashes = [(bytes.fromhex(t.key_sha256), t.name) for t in self.tenants.values()]
+
+    def replace_with(self, other: TenantKeys) -> None:
+        """Take ``other``'s tenants and keys (a reload): one assignment, so a request sees the
+        old set or the new one, never a mix."""
+        self.tenants, self._hashes = other.tenants, other._hashes
 
     @classmethod
     def from_file(cls, path: Path) -> TenantKeys:

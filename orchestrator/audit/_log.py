@@ -42,7 +42,6 @@ from orchestrator.audit.records import (
     FORMAT_VERSION,
     GENESIS_HASH,
     SEGMENT_NAME,
-    AuditLogError,
     TornTail,
     arguments_digest,
     segment_name,
@@ -54,6 +53,7 @@ from orchestrator.audit.writer import (
     AuditConfig,
     SegmentWriter,
 )
+from orchestrator.errors import AuditLogError
 
 __all__ = [
     "DEFAULT_MAX_SEGMENT_BYTES",
@@ -66,7 +66,6 @@ __all__ = [
     "TAIL_CHUNK",
     "AuditConfig",
     "AuditLog",
-    "AuditLogError",
     "AuditProblem",
     "Outcome",
     "TornTail",

@@ -33,14 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from orchestrator.errors import ERROR_TYPES, OrchestratorError
+from orchestrator.errors import ERROR_TYPES
 from orchestrator.session.repl.protocol import WORKER_ERROR_TYPES
 
 __all__ = [
     "FORMAT_VERSION",
     "GENESIS_HASH",
     "SEGMENT_NAME",
-    "AuditLogError",
     "TornTail",
     "arguments_digest",
     "call_outcome",
@@ -83,10 +82,6 @@ CLAIMED_FIELDS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
 ENGINE_EXIT_STATUS: Final = frozenset(
     {("terminal", "read"), ("terminal", "wait"), ("terminal", "kill"), ("terminal", "interrupt")}
 )
-
-
-class AuditLogError(OrchestratorError):
-    """The audit log cannot be opened or written: in use, closed, unreadable or disk failing."""
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,13 @@ from typing import Any, Final
 from orchestrator.audit.records import (
     GENESIS_HASH,
     SEGMENT_NAME,
-    AuditLogError,
     TornTail,
     content_hash,
     decode_record,
     segment_files,
     segment_name,
 )
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import AuditLogError, InvalidArgumentError
 
 __all__ = ["MAX_PROBLEMS", "AuditProblem", "VerifyReport", "verify"]
 

@@ -28,7 +28,6 @@ from typing import Any, BinaryIO, Final
 from orchestrator.audit.records import (
     FORMAT_VERSION,
     GENESIS_HASH,
-    AuditLogError,
     TornTail,
     canonical_arguments,
     content_hash,
@@ -37,6 +36,7 @@ from orchestrator.audit.records import (
     segment_files,
     segment_name,
 )
+from orchestrator.errors import AuditLogError
 
 __all__ = ["DEFAULT_MAX_SEGMENT_BYTES", "TAIL_CHUNK", "AuditConfig", "SegmentWriter"]
 

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from orchestrator._api import Orchestrator
 from orchestrator._core.call_context import new_call_id
 from orchestrator._core.tenants import TenantKeys
-from orchestrator.errors import InvalidArgumentError, OrchestratorError
+from orchestrator.errors import BodyTooLargeError, InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
 from orchestrator.http._events import first_read, terminal_events
 from orchestrator.http._limits import HttpLimitsConfig
@@ -47,10 +47,6 @@ STATUS_BY_ERROR_TYPE: Final[Mapping[str, int]] = {
     "internal": 500,
     "backend_unavailable": 503,
 }
-
-
-class BodyTooLargeError(InvalidArgumentError):
-    """The request body is larger than the server accepts."""
 
 
 def status_of(structured: Mapping[str, Any]) -> int:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LEGACY_LABEL_ORCHESTRATOR, Backend
-from orchestrator.registry.store import Registry, RegistryError
+from orchestrator.errors import RegistryError
+from orchestrator.registry.store import Registry
 
 __all__ = ["Abandoned", "claim", "reap_abandoned", "remove_files", "remove_legacy_containers"]
 

@@ -27,14 +27,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import RegistryError
 from orchestrator.session.history import HistoryEntry
 
 __all__ = [
     "PRUNE_EVERY",
     "SCHEMA_VERSION",
     "Registry",
-    "RegistryError",
     "SessionRecord",
     "read_owners",
 ]
@@ -69,10 +68,6 @@ CREATE TABLE IF NOT EXISTS history (
     PRIMARY KEY (session_id, seq)
 );
 """
-
-
-class RegistryError(InvalidArgumentError):
-    """The registry file cannot be used: locked by another orchestrator, or not ours."""
 
 
 @dataclass(frozen=True, kw_only=True)

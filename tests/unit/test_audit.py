@@ -20,12 +20,12 @@ from orchestrator.audit._log import (
     GENESIS_HASH,
     AuditConfig,
     AuditLog,
-    AuditLogError,
     VerifyReport,
     arguments_digest,
     open_audit_log,
     verify,
 )
+from orchestrator.errors import AuditLogError
 
 ROOT = Path(__file__).resolve().parents[2]
 SEGMENT_1 = "audit-000001.jsonl"

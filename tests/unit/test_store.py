@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import InvalidArgumentError, RegistryError
 from orchestrator.registry.store import (
     PRUNE_EVERY,
     SCHEMA_VERSION,
     Registry,
-    RegistryError,
     SessionRecord,
 )
 from orchestrator.session.history import HistoryEntry

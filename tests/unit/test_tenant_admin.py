@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator._core.tenant_admin import add_tenant, parse_quotas, read_tenants, rotate_key
-from orchestrator._core.tenants import TenantKeys, TenantsFileError
-from orchestrator.errors import InvalidArgumentError
+from orchestrator._core.tenants import TenantKeys
+from orchestrator.errors import InvalidArgumentError, TenantsFileError
 
 
 def test_what_add_writes_the_server_loads_and_the_key_authenticates(tmp_path: Path) -> None:

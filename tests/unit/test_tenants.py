@@ -14,7 +14,6 @@ from orchestrator._core.tenants import (
     LOCAL_TENANT,
     TenantKeys,
     TenantQuotas,
-    TenantsFileError,
     data_dir,
     hash_key,
     load_tenants_file,
@@ -22,7 +21,7 @@ from orchestrator._core.tenants import (
     local_tenant,
     new_key,
 )
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import InvalidArgumentError, TenantsFileError
 
 
 def tenants_file(tmp_path: Path, text: str) -> Path:
