@@ -17,7 +17,7 @@ SESSION_ID = Field(description="The session whose files to use.")
 PATH = Field(description="A path under /workspace (relative paths start there).")
 
 
-class WriteArgs(ToolArgs):
+class FileWriteArgs(ToolArgs):
     session_id: str = SESSION_ID
     path: str = PATH
     content: str | None = Field(None, description="Text to write (UTF-8).")
@@ -30,7 +30,7 @@ class PathArgs(ToolArgs):
     path: str = PATH
 
 
-class ListArgs(ToolArgs):
+class FileListArgs(ToolArgs):
     session_id: str = SESSION_ID
     path: str = Field(".", description="A directory under /workspace.")
 
@@ -41,7 +41,7 @@ class UploadArgs(ToolArgs):
     tar_b64: str = Field(description="A tar archive (optionally gzip/bz2/xz), base64-encoded.")
 
 
-async def _write(orch: SessionManager, tenant: str | None, args: WriteArgs) -> Fields:
+async def _write(orch: SessionManager, tenant: str | None, args: FileWriteArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     result = await session.files.write(
         args.path,
@@ -57,7 +57,7 @@ async def _read(orch: SessionManager, tenant: str | None, args: PathArgs) -> Fie
     return {"session_id": session.id, **(await session.files.read(args.path)).model_dump()}
 
 
-async def _list(orch: SessionManager, tenant: str | None, args: ListArgs) -> Fields:
+async def _list(orch: SessionManager, tenant: str | None, args: FileListArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     return {"session_id": session.id, **(await session.files.list(args.path)).model_dump()}
 
@@ -82,9 +82,9 @@ FILES_TOOL = Tool(
     operations={
         op.name: op
         for op in (
-            Operation("write", "write a file (text or base64)", WriteArgs, _write),
+            Operation("write", "write a file (text or base64)", FileWriteArgs, _write),
             Operation("read", "read a file (text, or base64 when binary)", PathArgs, _read),
-            Operation("list", "entries of a directory", ListArgs, _list),
+            Operation("list", "entries of a directory", FileListArgs, _list),
             Operation("upload", "extract a tar archive into a directory", UploadArgs, _upload),
             Operation("download", "a file or directory as a tar archive", PathArgs, _download),
         )

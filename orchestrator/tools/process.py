@@ -16,7 +16,7 @@ __all__ = ["PROCESS_TOOL"]
 PROCESS = "process"
 
 
-class StartArgs(ToolArgs):
+class ProcessStartArgs(ToolArgs):
     command: str = Field(description="Shell command line to run in the background (bash -c).")
     session_id: str = Field(description="The session to run it in.")
     cwd: str | None = Field(None, description="Working directory under /workspace.")
@@ -26,7 +26,7 @@ class StartArgs(ToolArgs):
     )
 
 
-class ListArgs(ToolArgs):
+class ProcessListArgs(ToolArgs):
     session_id: str | None = Field(None, description="Only this session's processes.")
 
 
@@ -35,11 +35,11 @@ class ReadOutputArgs(ToolArgs):
     tail: int = Field(100, description="How many of the last lines to return.")
 
 
-class KillArgs(ToolArgs):
+class ProcessKillArgs(ToolArgs):
     process_id: str = Field(description="A process id from `start`.")
 
 
-async def _start(orch: SessionManager, tenant: str | None, args: StartArgs) -> Fields:
+async def _start(orch: SessionManager, tenant: str | None, args: ProcessStartArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     result = await session.processes.start(
         args.command, cwd=args.cwd, env=args.env, confirm_dangerous=args.confirm_dangerous
@@ -47,7 +47,7 @@ async def _start(orch: SessionManager, tenant: str | None, args: StartArgs) -> F
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _list(orch: SessionManager, tenant: str | None, args: ListArgs) -> Fields:
+async def _list(orch: SessionManager, tenant: str | None, args: ProcessListArgs) -> Fields:
     if args.session_id is not None:
         sessions = [await orch.session(args.session_id, tenant=tenant)]
     else:
@@ -68,7 +68,7 @@ async def _read_output(orch: SessionManager, tenant: str | None, args: ReadOutpu
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _kill(orch: SessionManager, tenant: str | None, args: KillArgs) -> Fields:
+async def _kill(orch: SessionManager, tenant: str | None, args: ProcessKillArgs) -> Fields:
     session = await orch.session_of(PROCESS, args.process_id, tenant=tenant)
     result = await session.processes.kill(args.process_id)
     return {"session_id": session.id, **result.model_dump()}
@@ -86,12 +86,16 @@ PROCESS_TOOL = Tool(
     operations={
         op.name: op
         for op in (
-            Operation("start", "launch a command in the background", StartArgs, _start),
-            Operation("list", "processes with state, exit code, ports and age", ListArgs, _list),
+            Operation("start", "launch a command in the background", ProcessStartArgs, _start),
+            Operation(
+                "list", "processes with state, exit code, ports and age", ProcessListArgs, _list
+            ),
             Operation(
                 "read_output", "the last lines of a process's output", ReadOutputArgs, _read_output
             ),
-            Operation("kill", "end the whole process group (TERM, then KILL)", KillArgs, _kill),
+            Operation(
+                "kill", "end the whole process group (TERM, then KILL)", ProcessKillArgs, _kill
+            ),
         )
     },
 )

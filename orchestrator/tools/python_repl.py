@@ -29,7 +29,7 @@ class ExecuteArgs(ToolArgs):
     )
 
 
-class SessionArgs(ToolArgs):
+class ReplSessionArgs(ToolArgs):
     session_id: str = SESSION_ID
 
 
@@ -58,12 +58,12 @@ async def _execute(orch: SessionManager, tenant: str | None, args: ExecuteArgs) 
     return result.model_dump()
 
 
-async def _reset(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+async def _reset(orch: SessionManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
     await orch.reset(args.session_id, tenant=tenant)
     return {"session_id": args.session_id}
 
 
-async def _destroy(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+async def _destroy(orch: SessionManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
     destroyed = await orch.destroy(args.session_id, tenant=tenant)
     return {"session_id": args.session_id, "destroyed": destroyed}
 
@@ -73,7 +73,7 @@ async def _list_sessions(orch: SessionManager, tenant: str | None, args: NoArgs)
     return {"sessions": sessions, "count": len(sessions)}
 
 
-async def _history(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+async def _history(orch: SessionManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
     entries = orch.history(args.session_id, tenant=tenant)
     return {"session_id": args.session_id, "history": entries, "count": len(entries)}
 
@@ -97,7 +97,9 @@ async def _inspect(orch: SessionManager, tenant: str | None, args: InspectArgs) 
     return fields
 
 
-async def _list_variables(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+async def _list_variables(
+    orch: SessionManager, tenant: str | None, args: ReplSessionArgs
+) -> Fields:
     listing = await orch.list_variables(args.session_id, tenant=tenant)
     variables = [v.model_dump() for v in listing.variables]
     return {
@@ -125,10 +127,14 @@ PYTHON_REPL = Tool(
             Operation(
                 "execute", "run code (creates a session without session_id)", ExecuteArgs, _execute
             ),
-            Operation("reset", "restart the interpreter, clearing all state", SessionArgs, _reset),
-            Operation("destroy", "end the session and remove its container", SessionArgs, _destroy),
+            Operation(
+                "reset", "restart the interpreter, clearing all state", ReplSessionArgs, _reset
+            ),
+            Operation(
+                "destroy", "end the session and remove its container", ReplSessionArgs, _destroy
+            ),
             Operation("list_sessions", "your sessions", NoArgs, _list_sessions),
-            Operation("history", "code run in the session", SessionArgs, _history),
+            Operation("history", "code run in the session", ReplSessionArgs, _history),
             Operation(
                 "history_context",
                 "the history as context for another agent, within max_tokens",
@@ -139,7 +145,7 @@ PYTHON_REPL = Tool(
             Operation(
                 "list_variables",
                 "names and types of the session's variables",
-                SessionArgs,
+                ReplSessionArgs,
                 _list_variables,
             ),
         )

@@ -26,7 +26,7 @@ MAX_BYTES = Field(None, description="At most this many bytes of output.")
 MAX_CHARS = Field(None, description="At most this many characters (start and end are kept).")
 
 
-class StartArgs(ToolArgs):
+class TerminalStartArgs(ToolArgs):
     command: str = Field(description="Shell command line (bash -c).")
     session_id: str | None = SESSION_ID
     policy: str | None = POLICY
@@ -39,7 +39,7 @@ class StartArgs(ToolArgs):
     confirm_dangerous: bool = CONFIRM
 
 
-class ReadArgs(ToolArgs):
+class TerminalReadArgs(ToolArgs):
     terminal_id: str = TERMINAL_ID
     since_seq: int | None = SINCE_SEQ
     since_offset: int | None = SINCE_OFFSET
@@ -47,11 +47,11 @@ class ReadArgs(ToolArgs):
     max_output_chars: int | None = MAX_CHARS
 
 
-class WaitArgs(ReadArgs):
+class TerminalWaitArgs(TerminalReadArgs):
     timeout_ms: int = Field(1000, description="Wait at most this long for new output or exit.")
 
 
-class WriteArgs(ToolArgs):
+class TerminalWriteArgs(ToolArgs):
     terminal_id: str = TERMINAL_ID
     input_text: str = Field(description="Text to send to the terminal's input.")
     close_stdin: bool = Field(False, description="Close input afterwards (pipes only).")
@@ -61,7 +61,7 @@ class TerminalIdArgs(ToolArgs):
     terminal_id: str = TERMINAL_ID
 
 
-class KillArgs(ToolArgs):
+class TerminalKillArgs(ToolArgs):
     terminal_id: str = TERMINAL_ID
     signal: str | int = Field("TERM", description="Signal name or number; KILL follows a grace.")
 
@@ -81,7 +81,7 @@ class RunArgs(ToolArgs):
 
 
 async def _command_session(
-    orch: SessionManager, tenant: str | None, args: StartArgs | RunArgs
+    orch: SessionManager, tenant: str | None, args: TerminalStartArgs | RunArgs
 ) -> tuple[Session, bool]:
     """Find or create the session; a command its policy refuses creates none (the session's
     terminals and shell enforce the policy again, on every path)."""
@@ -91,7 +91,7 @@ async def _command_session(
     return await orch.open_session(args.session_id, policy=args.policy, tenant=tenant)
 
 
-async def _start(orch: SessionManager, tenant: str | None, args: StartArgs) -> Fields:
+async def _start(orch: SessionManager, tenant: str | None, args: TerminalStartArgs) -> Fields:
     session, created = await _command_session(orch, tenant, args)
     result = await session.terminals.start(
         args.command,
@@ -106,7 +106,7 @@ async def _start(orch: SessionManager, tenant: str | None, args: StartArgs) -> F
     return {"session_id": session.id, "created_new_session": created, **result.model_dump()}
 
 
-def _reading(args: ReadArgs) -> dict[str, Any]:
+def _reading(args: TerminalReadArgs) -> dict[str, Any]:
     return {
         "since_seq": args.since_seq,
         "since_offset": args.since_offset,
@@ -115,13 +115,13 @@ def _reading(args: ReadArgs) -> dict[str, Any]:
     }
 
 
-async def _read(orch: SessionManager, tenant: str | None, args: ReadArgs) -> Fields:
+async def _read(orch: SessionManager, tenant: str | None, args: TerminalReadArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="read")
     result = await session.terminals.read(args.terminal_id, **_reading(args))
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _wait(orch: SessionManager, tenant: str | None, args: WaitArgs) -> Fields:
+async def _wait(orch: SessionManager, tenant: str | None, args: TerminalWaitArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="wait")
     result = await session.terminals.wait(
         args.terminal_id, timeout_ms=args.timeout_ms, **_reading(args)
@@ -132,7 +132,7 @@ async def _wait(orch: SessionManager, tenant: str | None, args: WaitArgs) -> Fie
     return {"session_id": session.id, **result.model_dump()}
 
 
-async def _write(orch: SessionManager, tenant: str | None, args: WriteArgs) -> Fields:
+async def _write(orch: SessionManager, tenant: str | None, args: TerminalWriteArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="write")
     status = await session.terminals.write(
         args.terminal_id, args.input_text, close_stdin=args.close_stdin
@@ -146,7 +146,7 @@ async def _interrupt(orch: SessionManager, tenant: str | None, args: TerminalIdA
     return {"session_id": session.id, **status.model_dump()}
 
 
-async def _kill(orch: SessionManager, tenant: str | None, args: KillArgs) -> Fields:
+async def _kill(orch: SessionManager, tenant: str | None, args: TerminalKillArgs) -> Fields:
     session = await orch.session_of(TERMINAL, args.terminal_id, tenant=tenant, action="kill")
     status = await session.terminals.kill(args.terminal_id, signal=args.signal)
     return {"session_id": session.id, **status.model_dump()}
@@ -193,16 +193,16 @@ TERMINAL_TOOL = Tool(
             Operation(
                 "start",
                 "start a command; returns at first output, exit or yield time",
-                StartArgs,
+                TerminalStartArgs,
                 _start,
             ),
-            Operation("read", "output since a cursor, without waiting", ReadArgs, _read),
-            Operation("wait", "wait for new output or exit, then read", WaitArgs, _wait),
-            Operation("write", "send input (close_stdin for pipes)", WriteArgs, _write),
+            Operation("read", "output since a cursor, without waiting", TerminalReadArgs, _read),
+            Operation("wait", "wait for new output or exit, then read", TerminalWaitArgs, _wait),
+            Operation("write", "send input (close_stdin for pipes)", TerminalWriteArgs, _write),
             Operation(
                 "interrupt", "SIGINT to the terminal's process group", TerminalIdArgs, _interrupt
             ),
-            Operation("kill", "a signal, then KILL after a grace", KillArgs, _kill),
+            Operation("kill", "a signal, then KILL after a grace", TerminalKillArgs, _kill),
             Operation("resize", "resize the PTY", ResizeArgs, _resize),
             Operation("run", "run in the session's persistent shell", RunArgs, _run),
         )
