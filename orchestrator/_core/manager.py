@@ -1,4 +1,5 @@
-"""The Orchestrator: sessions, who owns them, and the python_repl operations on them.
+"""The session manager: sessions, who owns them, their pools, the reaper and the reconcile (the
+python_repl operations on its sessions are ``repl_operations``', a subclass of it).
 
 Invariants: a session id is visible only to its owner (``owners``), and an unknown id and another
 owner's id raise the same ``SessionNotFoundError``; a session is created whole (container and
@@ -37,8 +38,6 @@ from orchestrator._core.pool import WarmPool
 from orchestrator._core.quotas import Admission, check_policy_allowed, per_session_cap
 from orchestrator._core.readiness import OK, UNCHECKED, readiness
 from orchestrator._core.reconciler import Reconciler
-from orchestrator._core.repl_operations import ExecuteResult as ExecuteResult  # re-exported
-from orchestrator._core.repl_operations import PythonReplOperations
 from orchestrator._core.session_table import SessionTable
 from orchestrator._core.tenants import TenantConfig
 from orchestrator.audit._log import AuditLog
@@ -70,7 +69,7 @@ MAX_POOL_SIZE = 256
 SHUTDOWN_TIMEOUT = 60.0
 
 
-class SessionManager(PythonReplOperations):
+class SessionManager:
     def __init__(
         self, config: OrchestratorConfig | None = None, *, backend: Backend | None = None
     ) -> None:

@@ -15,19 +15,20 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
 from orchestrator._api import Orchestrator
 from orchestrator._core.call_context import new_call_id
 from orchestrator._core.tenants import TenantKeys
 from orchestrator.errors import BodyTooLargeError, InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
+from orchestrator.http._disconnect import CancelOnDisconnect
 from orchestrator.http._events import first_read, terminal_events
 from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
 from orchestrator.http._ops import OpsRoutes
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
-from orchestrator.http._streams import StreamLimit
+from orchestrator.http._streams import StreamLimit, is_stream
 from orchestrator.mcp_server.server import current_http_request, streamable_http_app
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,12 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return answer({"success": False, "error_type": "internal", "error_message": "internal error"})
 
 
+def _is_rest_call(scope: Scope) -> bool:
+    """A REST request, which a dropped connection cancels (MCP's SDK and the event stream watch
+    their own connections)."""
+    return str(scope["path"]).startswith("/v1/") and not is_stream(scope)
+
+
 def _mcp_tenant() -> str | None:
     """The MCP server's tenant callable: the tenant ``BearerAuth`` put on the request."""
     request = current_http_request()
@@ -225,7 +232,11 @@ def build_app(
         },
     )
     return BearerAuth(
-        StreamLimit(app, limits.max_streams_per_tenant, metrics=orchestrator.metrics),
+        StreamLimit(
+            CancelOnDisconnect(app, _is_rest_call),
+            limits.max_streams_per_tenant,
+            metrics=orchestrator.metrics,
+        ),
         keys,
         failures_per_minute=limits.auth_failures_per_minute,
         audit=lambda: orchestrator.audit_log,

@@ -2,12 +2,13 @@
 ``notifications/cancelled``; a dropped HTTP connection; a cancelled task) interrupts its cell as a
 timeout would, and the session's next call finds the worker idle with its state
 (``state_reset: false``), never the stale reply of the cell before. Over stdio, over ``/mcp`` of
-``sandhold serve``, and through the Python API; the cancelled call is in the audit log as
-``cancelled``."""
+``sandhold serve``, over its REST routes (a client that closes its socket mid-request), and through
+the Python API; the cancelled call is in the audit log as ``cancelled``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -147,6 +148,72 @@ async def test_a_client_timeout_and_a_dropped_connection_on_serve_mcp_keep_the_s
         with anyio.fail_after(STOP_TIMEOUT):
             assert await server.process.wait() == 128 + signal.SIGTERM
     assert len(cancelled_records(audit_dir, session_id)) == 2
+
+
+# -- REST ---------------------------------------------------------------------------------------
+
+
+def rest_call(http: httpx.AsyncClient) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+    async def call(arguments: dict[str, Any]) -> dict[str, Any]:
+        response = await http.post("/v1/python_repl", json=arguments)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    return call
+
+
+async def close_mid_request(url: str, key: str, path: str, arguments: dict[str, Any]) -> None:
+    """Send one whole request on a raw socket and close it before the answer. The wait only
+    lets the cell start; if it were too short, the cell's ``y = 1`` would be missing after."""
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps(arguments).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    stream = await anyio.connect_tcp(host, int(port))
+    try:
+        await stream.send(head.encode() + body)
+        with anyio.move_on_after(CLIENT_TIMEOUT):
+            answered = await stream.receive()
+            pytest.fail(f"answered before the cell could end: {answered!r}")
+    finally:
+        await stream.aclose()
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/sessions/{session_id}/execute", "/v1/python_repl"], ids=["resource", "tool"]
+)
+async def test_a_dropped_rest_connection_interrupts_its_cell_and_keeps_the_session(
+    worker_image: ImageBuildResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    audit_dir = tmp_path / "audit"
+    monkeypatch.setenv("SANDHOLD_AUDIT_DIR", str(audit_dir))
+    async with running(worker_image.tag, tmp_path) as server:
+        key = server.notice.rsplit(": ", 1)[1]
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(
+            base_url=server.url, headers=headers, timeout=CALL_TIMEOUT
+        ) as http:
+            session_id = await create(rest_call(http))
+            # Past NEXT_CALL_TIMEOUT, so a cell left to its own timeout fails the test.
+            arguments = {
+                "operation": "execute",
+                "session_id": session_id,
+                "code": LONG_CELL,
+                "timeout_s": 300,
+            }
+            if path != "/v1/python_repl":
+                del arguments["operation"], arguments["session_id"]
+            target = path.format(session_id=session_id)
+            with anyio.fail_after(NEXT_CALL_TIMEOUT):
+                await close_mid_request(server.url, key, target, arguments)
+            await check_next_call_keeps_the_state(rest_call(http), session_id)
+        server.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(STOP_TIMEOUT):
+            assert await server.process.wait() == 128 + signal.SIGTERM
+    [cancelled] = cancelled_records(audit_dir, session_id)
+    assert cancelled["operation"] == "execute" and cancelled["error_type"] == "cancelled"
 
 
 # -- the Python API -----------------------------------------------------------------------------
