@@ -11,10 +11,9 @@ from typing import Any
 
 from orchestrator._core.call_context import CallContext, call_scope, new_call_id
 from orchestrator._core.config import OrchestratorConfig
-from orchestrator._core.manager import SessionManager
 from orchestrator._core.metrics import call_outcome_label
 from orchestrator._core.owners import check_task, task_scope
-from orchestrator._core.repl_operations import ExecuteResult
+from orchestrator._core.repl_operations import ExecuteResult, PythonReplManager
 from orchestrator.audit.records import call_outcome
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.tools import TOOLS, ToolResult, call_tool
@@ -31,7 +30,7 @@ def _session_argument(arguments: Any) -> str | None:
     return session_id if isinstance(session_id, str) else None
 
 
-class Orchestrator(SessionManager):
+class Orchestrator(PythonReplManager):
     """Sessions, and the tools over them: ``await orch.call("python_repl", {...})``."""
 
     def _tool_operations(self) -> dict[str, list[str]]:

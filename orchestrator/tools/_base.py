@@ -25,7 +25,7 @@ from orchestrator.tools._text import render_text
 from orchestrator.tools._unicode import valid_unicode
 
 if TYPE_CHECKING:
-    from orchestrator._core.manager import SessionManager
+    from orchestrator._core.repl_operations import PythonReplManager
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ CALL_FAILURES: Final = frozenset(
 )
 
 Fields = dict[str, Any]
-Handler = Callable[["SessionManager", str | None, Any], Awaitable[Fields]]
+# Handlers of most tools take a plain ``SessionManager``, which this accepts too.
+Handler = Callable[["PythonReplManager", str | None, Any], Awaitable[Fields]]
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class ToolResult:
 
 
 async def call_tool(
-    orchestrator: SessionManager,
+    orchestrator: PythonReplManager,
     tool: Tool,
     arguments: Any,
     *,

@@ -9,7 +9,7 @@ from pydantic import Field
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 
 if TYPE_CHECKING:
-    from orchestrator._core.manager import SessionManager
+    from orchestrator._core.repl_operations import PythonReplManager
 
 __all__ = ["PYTHON_REPL"]
 
@@ -47,7 +47,7 @@ class NoArgs(ToolArgs):
     pass
 
 
-async def _execute(orch: SessionManager, tenant: str | None, args: ExecuteArgs) -> Fields:
+async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArgs) -> Fields:
     result = await orch.execute(
         args.code,
         session_id=args.session_id,
@@ -58,34 +58,34 @@ async def _execute(orch: SessionManager, tenant: str | None, args: ExecuteArgs) 
     return result.model_dump()
 
 
-async def _reset(orch: SessionManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
+async def _reset(orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
     await orch.reset(args.session_id, tenant=tenant)
     return {"session_id": args.session_id}
 
 
-async def _destroy(orch: SessionManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
+async def _destroy(orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
     destroyed = await orch.destroy(args.session_id, tenant=tenant)
     return {"session_id": args.session_id, "destroyed": destroyed}
 
 
-async def _list_sessions(orch: SessionManager, tenant: str | None, args: NoArgs) -> Fields:
+async def _list_sessions(orch: PythonReplManager, tenant: str | None, args: NoArgs) -> Fields:
     sessions = orch.list_sessions(tenant=tenant)
     return {"sessions": sessions, "count": len(sessions)}
 
 
-async def _history(orch: SessionManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
+async def _history(orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
     entries = orch.history(args.session_id, tenant=tenant)
     return {"session_id": args.session_id, "history": entries, "count": len(entries)}
 
 
 async def _history_context(
-    orch: SessionManager, tenant: str | None, args: HistoryContextArgs
+    orch: PythonReplManager, tenant: str | None, args: HistoryContextArgs
 ) -> Fields:
     context = orch.history_context(args.session_id, args.max_tokens, tenant=tenant)
     return {"session_id": args.session_id, "context": context}
 
 
-async def _inspect(orch: SessionManager, tenant: str | None, args: InspectArgs) -> Fields:
+async def _inspect(orch: PythonReplManager, tenant: str | None, args: InspectArgs) -> Fields:
     info = await orch.inspect(args.session_id, args.variable_name, tenant=tenant)
     fields: dict[str, Any] = {"session_id": args.session_id, **info.model_dump()}
     if not info.found:
@@ -98,7 +98,7 @@ async def _inspect(orch: SessionManager, tenant: str | None, args: InspectArgs) 
 
 
 async def _list_variables(
-    orch: SessionManager, tenant: str | None, args: ReplSessionArgs
+    orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs
 ) -> Fields:
     listing = await orch.list_variables(args.session_id, tenant=tenant)
     variables = [v.model_dump() for v in listing.variables]
