@@ -12,9 +12,10 @@ the next start), shielded and bounded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -235,6 +236,21 @@ class SessionManager:
         checks = await readiness(self.backend, self._image, self._registry)
         return all(answer in (OK, UNCHECKED) for answer in checks.values()), checks
 
+    async def reload(self, *, tenants: Mapping[str, TenantConfig] | None = None) -> None:
+        """Read policies again (SIGHUP): the default one and the pools' now, so that a broken
+        file is refused here with nothing changed, the others when next used; live sessions
+        keep the policy they were made with; pools of a changed policy refill under the new
+        one. ``tenants`` replaces the tenants' allowed policies and quotas (their sessions
+        stay)."""
+        names = {self.config.default_policy, *self._pools}
+        dirs = self.config.policy_dirs
+        self._policies = {name: load_policy(name, search_dirs=dirs) for name in names}
+        if tenants is not None:
+            self.config = dataclasses.replace(self.config, tenants=tenants)
+        for name, pool in self._pools.items():
+            if self._policies[name] != pool.policy:
+                pool.use_policy(self._policies[name])
+
     def tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)
 
@@ -376,7 +392,7 @@ class SessionManager:
         pool = WarmPool(
             effective,
             size,
-            build=lambda: self._new_session(POOL_TENANT, effective),
+            build=lambda policy: self._new_session(POOL_TENANT, policy),
             discard=self._discard_pooled,
         )
         self._pools[effective.name] = pool

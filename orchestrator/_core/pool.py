@@ -2,9 +2,10 @@
 creating a session is taking one from a deque.
 
 Invariants: a pooled session is handed out at most once and was never anyone's before; nothing
-older than its policy's maximum lifetime (less a margin for the new owner) is handed out; the
-pool refills in the background, one session at a time, backing off while the engine fails; a
-size of zero drains it.
+older than its policy's maximum lifetime (less a margin for the new owner) is handed out, nor
+one of a policy other than the pool's (``use_policy`` retires what was made under the old one,
+a session being built included); the pool refills in the background, one session at a time,
+backing off while the engine fails; a size of zero drains it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MAX_BACKOFF = 30.0
 # Even with nothing taken, look at the pool this often to retire sessions grown too old.
 CHECK_INTERVAL = 60.0
 
-Build = Callable[[], Awaitable[Session]]
+Build = Callable[[Policy], Awaitable[Session]]
 Discard = Callable[[Session, str], Awaitable[None]]
 
 
@@ -62,6 +63,13 @@ class WarmPool:
             self._stale.append(session)
         return None
 
+    def use_policy(self, policy: Policy) -> None:
+        """Fill with sessions of ``policy`` from now on; what is ready is retired."""
+        self.policy = policy
+        self._stale.extend(self._ready)
+        self._ready.clear()
+        self._wake.set()
+
     def resize(self, size: int) -> None:
         self.size = size
         self._wake.set()
@@ -82,7 +90,10 @@ class WarmPool:
                 await self._retire()
                 if len(self._ready) < self.size:
                     try:
-                        self._ready.append(await self._build())
+                        policy = self.policy
+                        session = await self._build(policy)
+                        # Made under a policy replaced meanwhile: retired, never handed out.
+                        (self._ready if policy is self.policy else self._stale).append(session)
                         backoff = 1.0
                         continue
                     except OrchestratorError as exc:

@@ -6,10 +6,18 @@ built if missing, the orchestrator started, ``--pool`` sessions of the default p
 (with a progress display on stderr), and the address printed (with the local tenant's key
 when it was just made: it is shown only that once, and kept mode 0600 in the data directory).
 
-Stopping: the first Ctrl-C, SIGTERM or SIGHUP stops accepting requests, lets those in flight
-finish for ``GRACEFUL_SHUTDOWN_TIMEOUT``, then tears down every session this server created
-(shielded, bounded by the orchestrator's shutdown timeout); a second one cuts the wait for
-requests short, never the teardown. A signal before serving began cancels the start-up.
+Stopping: the first Ctrl-C or SIGTERM stops accepting requests, lets those in flight finish
+for ``GRACEFUL_SHUTDOWN_TIMEOUT``, then tears down every session this server created (shielded,
+bounded by the orchestrator's shutdown timeout); a second one cuts the wait for requests short,
+never the teardown. A signal before serving began cancels the start-up.
+
+Reloading: SIGHUP reads the policies and the tenants file again, without dropping a session or a
+connection: new sessions get the policies as they now are, live ones keep theirs; a key added
+by ``sandhold tenant add`` works and one replaced by ``rotate`` stops working. A file that does
+not validate is refused (logged, and printed on stdout) and the old settings stay.
+
+Settings: ``--config FILE`` holds any of the options (``cli._serve_config``); an option given on
+the command line or through its environment variable overrides the file.
 
 Restarts: the registry (``--registry``, default ``registry.db`` in the data directory) records
 every session, so a server started after a crash (``kill -9``) or a ``--keep-sessions`` stop
@@ -35,11 +43,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
+import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -59,9 +69,10 @@ from orchestrator._core.tenants import (
 )
 from orchestrator.cli._common import reported_errors, stderr
 from orchestrator.cli._logging import LogFormat, configure_logging, uvicorn_log_config
+from orchestrator.cli._serve_config import ServeSettings, resolve_settings
 from orchestrator.cli.image import with_image
 from orchestrator.cli.tenant import default_tenants_file
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
 from orchestrator.policy.arguments import check_policy_name
 from orchestrator.policy.model import load_policy
@@ -70,7 +81,8 @@ __all__ = ["serve"]
 
 log = logging.getLogger("orchestrator.cli.serve")
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+RELOAD_SIGNAL = signal.SIGHUP
 # Requests in flight get this long to finish once a stop is asked for; an SSE stream would
 # otherwise hold the shutdown for as long as its terminal runs.
 GRACEFUL_SHUTDOWN_TIMEOUT = 5
@@ -86,6 +98,15 @@ _LIMITS = HttpLimitsConfig()  # the options' defaults
 
 
 def serve(
+    ctx: typer.Context,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A TOML file of these options (host, port, policy, tenants, pool, data_dir, "
+            "...; unknown keys refused); options given here override it.",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")
@@ -121,6 +142,14 @@ def serve(
             "create ends the caller's own least recently active idle session, or is refused.",
         ),
     ] = OrchestratorConfig.max_sessions,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SANDHOLD_DATA_DIR",
+            help="The data directory (local key, registry, tenants.toml); default: "
+            "$XDG_DATA_HOME/sandhold, else ~/.local/share/sandhold.",
+        ),
+    ] = None,
     registry: Annotated[
         Path | None,
         typer.Option(
@@ -163,38 +192,66 @@ def serve(
     ] = "text",
 ) -> None:
     """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
-    configure_logging(log_format)
     with reported_errors():
-        config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
-        load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
-        if pool:
-            config = _with_pool(config, pool)
-        tenants = _tenants_file(tenants)
-        keys, notice = _keys(tenants)
-        limits = _within_descriptors(
-            HttpLimitsConfig(
-                max_connections=max_connections,
-                max_connections_per_client=min(max_connections_per_client, max_connections),
-                header_timeout=header_timeout,
-                keep_alive_timeout=keep_alive_timeout,
-                auth_failures_per_minute=auth_failures_per_minute,
-                max_streams_per_tenant=max_streams_per_tenant,
-            )
-        )
-        config = dataclasses.replace(
-            config,
-            registry_path=registry or config.registry_path or data_dir() / "registry.db",
-            on_shutdown="persist" if keep_sessions else "destroy",
-            max_sessions=max_sessions,
-            tenants=keys.tenants if tenants is not None else {},
-        )
-        listener = _listen(host, port)
-        with listener:
-            stopped_by = anyio.run(
-                _serve_until_stopped, config, keys, limits, listener, host, notice, log_format
-            )
+        sources = {name: ctx.get_parameter_source(name) for name in ctx.params}
+        settings = resolve_settings(config_file, ctx.params, sources)
+    configure_logging(settings.log_format)
+    with reported_errors():
+        plan = _plan(settings)
+        with plan.listener:
+            stopped_by = anyio.run(_serve_until_stopped, plan)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What serving needs, decided before anything slow happens."""
+
+    config: OrchestratorConfig
+    keys: TenantKeys
+    tenants: Path | None
+    limits: HttpLimitsConfig
+    listener: socket.socket
+    host: str
+    notice: str
+    log_format: LogFormat
+
+
+def _plan(settings: ServeSettings) -> _Plan:
+    if settings.data_dir is not None:  # for everything that reads it: keys, registry, tenants
+        os.environ["SANDHOLD_DATA_DIR"] = str(settings.data_dir)
+    policy = settings.policy
+    config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
+    load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
+    if settings.pool:
+        config = _with_pool(config, settings.pool)
+    tenants = _tenants_file(settings.tenants)
+    keys, notice = _keys(tenants)
+    limits = _within_descriptors(
+        HttpLimitsConfig(
+            max_connections=settings.max_connections,
+            max_connections_per_client=min(
+                settings.max_connections_per_client, settings.max_connections
+            ),
+            header_timeout=settings.header_timeout,
+            keep_alive_timeout=settings.keep_alive_timeout,
+            auth_failures_per_minute=settings.auth_failures_per_minute,
+            max_streams_per_tenant=settings.max_streams_per_tenant,
+        )
+    )
+    registry = settings.registry or config.registry_path or data_dir() / "registry.db"
+    config = dataclasses.replace(
+        config,
+        registry_path=registry,
+        on_shutdown="persist" if settings.keep_sessions else "destroy",
+        max_sessions=settings.max_sessions,
+        tenants=keys.tenants if tenants is not None else {},
+    )
+    listener = _listen(settings.host, settings.port)
+    return _Plan(
+        config, keys, tenants, limits, listener, settings.host, notice, settings.log_format
+    )
 
 
 def _with_pool(config: OrchestratorConfig, size: int) -> OrchestratorConfig:
@@ -281,33 +338,33 @@ class _Run:
     startup: anyio.CancelScope
     server: _Server | None = None
     received: list[int] = dataclasses.field(default_factory=list)
+    # Set while serving: what SIGHUP does.
+    reload: Callable[[], Awaitable[None]] | None = None
 
 
-async def _serve_until_stopped(
-    config: OrchestratorConfig,
-    keys: TenantKeys,
-    limits: HttpLimitsConfig,
-    listener: socket.socket,
-    host: str,
-    notice: str,
-    log_format: LogFormat,
-) -> int | None:
+async def _serve_until_stopped(plan: _Plan) -> int | None:
     """Serve until a stop signal (its number is returned); the signal receiver stays open until
     the teardown has ended, so no second signal can kill the process halfway through it."""
     run = _Run(startup=anyio.CancelScope())
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+    with anyio.open_signal_receiver(*STOP_SIGNALS, RELOAD_SIGNAL) as signals:
         async with anyio.create_task_group() as group:
             group.start_soon(_stop_on_signals, signals, run)
             with run.startup:
-                config = await with_image(config)
+                plan.config = await with_image(plan.config)
             if not run.received:
-                await _serve(config, keys, limits, listener, host, notice, log_format, run)
+                await _serve(plan, run)
             group.cancel_scope.cancel()
     return run.received[0] if run.received else None
 
 
 async def _stop_on_signals(signals: AsyncIterator[signal.Signals], run: _Run) -> None:
     async for signum in signals:
+        if signum == RELOAD_SIGNAL:
+            if run.reload is None:
+                log.warning("SIGHUP while not serving: nothing reloaded")
+            else:
+                await run.reload()
+            continue
         run.received.append(signum)
         log.info("stopping on %s", signal.Signals(signum).name)
         if run.server is None:
@@ -318,42 +375,56 @@ async def _stop_on_signals(signals: AsyncIterator[signal.Signals], run: _Run) ->
             run.server.should_exit = True
 
 
-async def _serve(
-    config: OrchestratorConfig,
-    keys: TenantKeys,
-    limits: HttpLimitsConfig,
-    listener: socket.socket,
-    host: str,
-    notice: str,
-    log_format: LogFormat,
-    run: _Run,
-) -> None:
+async def _serve(plan: _Plan, run: _Run) -> None:
+    config, limits = plan.config, plan.limits
     async with Orchestrator(config) as orchestrator:
         run.startup = anyio.CancelScope()  # a signal while the pool warms ends the warm-up
         with run.startup:
             await _warm_pool(orchestrator)
         run.server = _Server(
-            build_app(orchestrator, keys, host=host, limits=limits),
+            build_app(orchestrator, plan.keys, host=plan.host, limits=limits),
             limits=limits,
             lifespan="on",
             log_level="info",
-            log_config=uvicorn_log_config(log_format),
+            log_config=uvicorn_log_config(plan.log_format),
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_TIMEOUT,
         )
         limit_log_rate()  # after uvicorn's Config has set up its loggers
         # A signal that came while the orchestrator started: serve nothing, just tear down.
         run.server.should_exit = bool(run.received)
-        url = _url(listener)
+        url = _url(plan.listener)
         typer.echo(f"sandhold: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp)")
-        typer.echo(f"sandhold: {notice}")
+        typer.echo(f"sandhold: {plan.notice}")
         summary = orchestrator.last_reconcile.summary()
         typer.echo(f"sandhold: registry {config.registry_path}: {summary}")
-        await run.server.serve(sockets=[listener])
+        run.reload = functools.partial(_reload, plan, orchestrator)
+        try:
+            await run.server.serve(sockets=[plan.listener])
+        finally:
+            run.reload = None
         stopped_id = orchestrator.orchestrator_id
     if config.on_shutdown == "persist":
         log.info("stopped: the sessions of orchestrator %s are left for the next start", stopped_id)
     else:
         log.info("stopped: no session of orchestrator %s is left", stopped_id)
+
+
+async def _reload(plan: _Plan, orchestrator: Orchestrator) -> None:
+    """SIGHUP: the tenants file and the policies read again; all of it or, when a file does not
+    validate, none of it."""
+    try:
+        keys = TenantKeys.from_file(plan.tenants) if plan.tenants is not None else None
+        await orchestrator.reload(tenants=keys.tenants if keys is not None else None)
+    except OrchestratorError as exc:
+        log.error("reload refused, the settings in use stay: %s", exc)
+        typer.echo(f"sandhold: reload refused: {' '.join(str(exc).split())}")
+        return
+    what = "policies"
+    if keys is not None:
+        plan.keys.replace_with(keys)
+        what += f" and {len(keys.tenants)} tenant(s) from {plan.tenants}"
+    log.info("reloaded %s", what)
+    typer.echo(f"sandhold: reloaded {what}")
 
 
 async def _warm_pool(orchestrator: Orchestrator) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -89,7 +89,7 @@ def tenant_list(
     path = tenants or default_tenants_file()
     with reported_errors():
         found = read_tenants(path)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": t.name,
             "policies": None if t.policies is None else list(t.policies),

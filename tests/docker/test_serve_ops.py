@@ -2,7 +2,8 @@
 Prometheus's text format whose counters move with calls; ``/readyz`` naming what is not ready
 (a missing image, an engine cut by ``tests.engine_proxy``) while ``/healthz`` stays live;
 ``--log-format json`` lines that parse, with the call id of the REST header and the audit log;
-``sandhold tenant add`` making a key that serve accepts."""
+``sandhold tenant add`` making a key that serve accepts; ``--config`` validated and overridden
+by flags; SIGHUP reloading tenants and policies while a live session goes on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from anyio.streams.text import TextReceiveStream
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.images import ImageBuildResult
@@ -245,3 +248,114 @@ def test_tenant_add_refuses_an_unknown_quota_and_a_second_tenant_of_one_name(
     assert sandhold(data_dir, "tenant", "add", "ci").returncode == 0
     again = sandhold(data_dir, "tenant", "add", "ci")
     assert again.returncode == 2 and again.stdout == ""
+
+
+SERVE_COMMAND = [sys.executable, "-m", "orchestrator.cli", "serve"]
+
+
+def test_a_config_file_with_a_mistyped_key_is_refused_naming_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "sandhold.toml"
+    config.write_text('host = "127.0.0.1"\nprot = 8080\n')
+    env = {**os.environ, "SANDHOLD_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(
+        [*SERVE_COMMAND, "--config", str(config)],
+        env=env, capture_output=True, text=True, timeout=CALL_TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: invalid_argument: {config}: prot: ")
+    assert not (tmp_path / "data").exists()
+
+
+async def test_a_flag_overrides_the_config_file_and_the_file_sets_the_rest(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        config = tmp_path / "sandhold.toml"
+        config.write_text(f'port = {port}\nlog_format = "json"\nmax_sessions = 1\n')
+        env = {**os.environ, "SANDHOLD_DATA_DIR": str(tmp_path / "d")}
+        with anyio.fail_after(CALL_TIMEOUT):
+            refused = await anyio.run_process(
+                [*SERVE_COMMAND, "--config", str(config)], env=env, check=False
+            )
+        assert refused.returncode == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in refused.stderr.decode()
+        # ``running`` passes --port 0: the flag wins over the file's port.
+        async with running(worker_image.tag, tmp_path, "--config", str(config)) as server:
+            headers = {"Authorization": f"Bearer {local_key(server.notice)}"}
+            async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+                with anyio.fail_after(CALL_TIMEOUT):
+                    first = await http.post("/v1/sessions", json={"code": "1"}, headers=headers)
+                    await http.post("/v1/sessions", json={"code": "2"}, headers=headers)
+                    path = f"/v1/sessions/{first.json()['session_id']}/execute"
+                    evicted = await http.post(path, json={"code": "3"}, headers=headers)
+            await stop(server)
+    # The file's max_sessions (1: the second create ended the first) and log format are in force.
+    assert evicted.status_code == 404, evicted.text
+    lines = (tmp_path / f"{server.orchestrator_id}.stderr").read_text().splitlines()
+    assert lines and all(json.loads(line)["logger"] for line in lines)
+
+
+async def reloaded(server: Server) -> str:
+    """SIGHUP, then the line the server prints once the reload is done (uvicorn's access lines
+    go to stdout too, in text mode)."""
+    assert server.process.stdout is not None
+    server.process.send_signal(signal.SIGHUP)
+    text = ""
+    with anyio.fail_after(CALL_TIMEOUT):
+        async for chunk in TextReceiveStream(server.process.stdout):
+            text += chunk
+            ours = [
+                line for line in text.splitlines(keepends=True) if line.startswith("sandhold: ")
+            ]
+            if ours and ours[0].endswith("\n"):
+                return ours[0].strip()
+    raise AssertionError(f"the server ended its output: {text!r}")
+
+
+async def test_sighup_reloads_tenants_and_policies_and_a_live_session_survives(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    policy = tmp_path / "mine.toml"
+    policy.write_text('extends = "default"\nname = "before"\n')
+    first_key = sandhold(data_dir, "tenant", "add", "first").stdout.strip()
+    async with running(
+        worker_image.tag, tmp_path, "--policy", str(policy), data_dir=data_dir
+    ) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+
+            async def post(key: str, path: str, body: dict[str, Any]) -> httpx.Response:
+                with anyio.fail_after(CALL_TIMEOUT):
+                    return await http.post(
+                        path, json=body, headers={"Authorization": f"Bearer {key}"}
+                    )
+
+            made = await post(first_key, "/v1/sessions", {"code": "x = 41"})
+            session_id = made.json()["session_id"]
+            second_key = sandhold(data_dir, "tenant", "add", "second").stdout.strip()
+            policy.write_text('extends = "default"\nname = "after"\n')
+            assert (await post(second_key, "/v1/sessions", {"code": "1"})).status_code == 401
+
+            assert "reloaded policies and 2 tenant(s)" in await reloaded(server)
+            theirs = await post(second_key, "/v1/sessions", {"code": "1"})
+            assert theirs.status_code == 200, theirs.text
+            ours = await post(first_key, f"/v1/sessions/{session_id}/execute", {"code": "x + 1"})
+            assert ours.json()["result_repr"] == "42"  # the live session and its state survived
+            listed = await post(second_key, "/v1/python_repl", {"operation": "list_sessions"})
+            mine = await post(first_key, "/v1/python_repl", {"operation": "list_sessions"})
+            assert [s["policy"] for s in listed.json()["sessions"]] == ["after"]
+            assert [s["policy"] for s in mine.json()["sessions"]] == ["before"]
+
+            rotated = sandhold(data_dir, "tenant", "rotate", "first").stdout.strip()
+            assert "reloaded" in await reloaded(server)
+            listing = {"operation": "list_sessions"}
+            assert (await post(first_key, "/v1/python_repl", listing)).status_code == 401
+            again = await post(rotated, f"/v1/sessions/{session_id}/execute", {"code": "x"})
+            assert again.json()["result_repr"] == "41"
+
+            # A tenants file that no longer validates is refused; the keys in use stay.
+            (data_dir / "tenants.toml").write_text("[[tenant]]\nname = 1\n")
+            assert "reload refused" in await reloaded(server)
+            assert (await post(rotated, "/v1/python_repl", listing)).status_code == 200
+        await stop(server)

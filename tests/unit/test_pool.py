@@ -23,7 +23,7 @@ def make_pool(size: int, lifetime: float, built: list[Any], discarded: list[str]
         }
     )
 
-    async def build() -> Any:
+    async def build(policy: Any) -> Any:
         session = SimpleNamespace(id=f"s{len(built)}", started=time.monotonic())
         built.append(session)
         return session

@@ -1,0 +1,113 @@
+"""``sandhold serve --config FILE``: every option of ``serve`` in one TOML file, validated like a
+policy (unknown keys refused; an error names the file, the key and the reason). An option given
+on the command line, or through its environment variable, overrides the file; the file
+overrides the built-in defaults. Paths in the file are relative to the file's directory::
+
+    host = "0.0.0.0"
+    port = 8080
+    policy = "strict"
+    tenants = "tenants.toml"
+    pool = 4
+    data_dir = "/var/lib/sandhold"
+    registry = "/var/lib/sandhold/registry.db"
+    max_sessions = 200
+    keep_sessions = true
+    max_connections = 2048
+    max_connections_per_client = 256
+    header_timeout = 10.0
+    keep_alive_timeout = 5.0
+    auth_failures_per_minute = 30
+    max_streams_per_tenant = 16
+    log_format = "json"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core.manager import MAX_POOL_SIZE
+from orchestrator.errors import InvalidArgumentError, SettingsFileError
+from orchestrator.http import HttpLimitsConfig
+from orchestrator.policy._validation import first_problem
+
+__all__ = ["ConfigFileError", "ServeSettings", "load_config_file", "resolve_settings"]
+
+_LIMITS = HttpLimitsConfig()
+# Where an option's value came from that wins over the file: the person, or their environment
+# (the names of click's ``ParameterSource``, whichever click typer carries).
+_GIVEN = frozenset({"COMMANDLINE", "ENVIRONMENT"})
+_PATHS = ("tenants", "data_dir", "registry")
+
+
+class ConfigFileError(SettingsFileError):
+    """A ``serve --config`` file cannot be read or validated; names the file, key and reason."""
+
+
+class ServeSettings(BaseModel):
+    """Every option of ``sandhold serve``, by its name with ``_`` for ``-``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field(default="127.0.0.1", min_length=1, max_length=255)
+    port: int = Field(default=8080, ge=0, le=65535)
+    tenants: Path | None = None
+    policy: str | None = Field(default=None, min_length=1)
+    pool: int = Field(default=0, ge=0, le=MAX_POOL_SIZE)
+    data_dir: Path | None = None
+    registry: Path | None = None
+    max_sessions: int = Field(default=OrchestratorConfig.max_sessions, ge=1)
+    keep_sessions: bool = False
+    max_connections: int = Field(default=_LIMITS.max_connections, ge=1)
+    max_connections_per_client: int = Field(default=_LIMITS.max_connections_per_client, ge=1)
+    header_timeout: float = Field(default=_LIMITS.header_timeout, ge=0.1)
+    keep_alive_timeout: float = Field(default=_LIMITS.keep_alive_timeout, ge=0.1)
+    auth_failures_per_minute: int = Field(default=_LIMITS.auth_failures_per_minute, ge=1)
+    max_streams_per_tenant: int = Field(default=_LIMITS.max_streams_per_tenant, ge=1)
+    log_format: Literal["text", "json"] = "text"
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """The settings ``path`` sets (validated; relative paths made relative to its directory)."""
+    try:
+        with path.open("rb") as handle:
+            raw = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigFileError(str(path), "-", "file not found") from None
+    except OSError as exc:
+        raise ConfigFileError(str(path), "-", f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(str(path), "-", f"not valid TOML: {exc}") from None
+    try:
+        checked = ServeSettings.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise ConfigFileError(str(path), *first_problem(exc)) from None
+    found = {name: getattr(checked, name) for name in raw}
+    for name in _PATHS:
+        value = found.get(name)
+        if isinstance(value, Path) and not value.is_absolute():
+            found[name] = path.parent / value
+    return found
+
+
+def resolve_settings(
+    config_file: Path | None, options: Mapping[str, Any], sources: Mapping[str, Any]
+) -> ServeSettings:
+    """The file's settings, overridden by each option the command line or the environment gave
+    (``sources``: click's ``ParameterSource`` of each option)."""
+    settings = load_config_file(config_file) if config_file is not None else {}
+    for name in ServeSettings.model_fields:
+        given = getattr(sources.get(name), "name", None) in _GIVEN
+        if name in options and (given or name not in settings):
+            settings[name] = options[name]
+    try:
+        return ServeSettings.model_validate(settings)
+    except pydantic.ValidationError as exc:
+        key, reason = first_problem(exc)
+        raise InvalidArgumentError(f"--{key.replace('_', '-')}: {reason}") from None
