@@ -1,9 +1,12 @@
-"""``sandhold image build``: the sandbox images, with a progress display."""
+"""``sandhold image build``: the sandbox images, with a progress display; ``sandhold image
+prune``: worker images of earlier inputs removed, never the current one or one a container
+uses."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -15,13 +18,14 @@ from orchestrator._core.config import OrchestratorConfig
 from orchestrator.backend.docker import DockerClient
 from orchestrator.cli._common import reported_errors, stderr, stdout, until_terminated
 from orchestrator.images import BuildProgress, ImageBuildResult, ensure_worker_image
+from orchestrator.images.prune import PruneResult, prune_worker_images
 
 __all__ = ["with_image"]
 
 # A log line wider than this would wrap and make the live display jump.
 MAX_LOG_CHARS = 90
 
-image_app = typer.Typer(help="Build the sandbox images.", no_args_is_help=True)
+image_app = typer.Typer(help="Build and prune the sandbox images.", no_args_is_help=True)
 
 
 class RichBuildProgress:
@@ -65,6 +69,38 @@ def image_build(
     with reported_errors(), _build_progress() as progress:
         result = anyio.run(_ensure_image, base_image, suite, progress)
     stdout.print(result.tag, markup=False)
+
+
+@image_app.command("prune")
+def image_prune(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only print what would be removed.")
+    ] = False,
+) -> None:
+    """Remove sandhold-worker images other than the current one (SANDHOLD_IMAGE, else the one
+    `image build` makes, built first if missing), keeping any a container uses."""
+    with reported_errors():
+        result = anyio.run(_prune, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for tag in result.removed:
+        stdout.print(f"{verb} {tag}", markup=False)
+    for tag, reason in result.kept:
+        stdout.print(f"kept {tag}: {reason}", markup=False)
+    if not result.removed and not result.kept:
+        stdout.print("nothing to prune", markup=False)
+
+
+async def _prune(dry_run: bool) -> PruneResult:
+    current = os.environ.get("SANDHOLD_IMAGE")
+    client = DockerClient()
+    try:
+        if current is None:
+            built = await ensure_worker_image(client, progress=PlainBuildProgress())
+            current = built.tag
+        return await prune_worker_images(client, current=current, dry_run=dry_run)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
 
 
 @contextlib.contextmanager
