@@ -6,7 +6,8 @@ change, codes may not.
     ├── InvalidArgumentError               invalid_argument
     │   ├── SettingsFileError              invalid_argument
     │   │   ├── PolicyFileError            invalid_argument
-    │   │   └── TenantsFileError           invalid_argument
+    │   │   ├── TenantsFileError           invalid_argument
+    │   │   └── ConfigFileError            invalid_argument
     │   ├── RegistryError                  invalid_argument
     │   └── BodyTooLargeError              invalid_argument (HTTP 413)
     ├── SessionNotFoundError               session_not_found
@@ -38,6 +39,7 @@ __all__ = [
     "BackendUnavailableError",
     "BodyTooLargeError",
     "BusyError",
+    "ConfigFileError",
     "ContainerNotFoundError",
     "ExecutionError",
     "ImageError",
@@ -110,6 +112,10 @@ class PolicyFileError(SettingsFileError):
 
 class TenantsFileError(SettingsFileError):
     """A tenants file or an API key file cannot be read or validated."""
+
+
+class ConfigFileError(SettingsFileError):
+    """A ``serve --config`` file cannot be read or validated."""
 
 
 class RegistryError(InvalidArgumentError):

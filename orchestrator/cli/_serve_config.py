@@ -33,21 +33,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator._core.config import OrchestratorConfig
 from orchestrator._core.manager import MAX_POOL_SIZE
-from orchestrator.errors import InvalidArgumentError, SettingsFileError
+from orchestrator.errors import ConfigFileError, InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig
 from orchestrator.policy._validation import first_problem
 
-__all__ = ["ConfigFileError", "ServeSettings", "load_config_file", "resolve_settings"]
+__all__ = ["ServeSettings", "load_config_file", "resolve_settings"]
 
 _LIMITS = HttpLimitsConfig()
 # Where an option's value came from that wins over the file: the person, or their environment
 # (the names of click's ``ParameterSource``, whichever click typer carries).
 _GIVEN = frozenset({"COMMANDLINE", "ENVIRONMENT"})
 _PATHS = ("tenants", "data_dir", "registry")
-
-
-class ConfigFileError(SettingsFileError):
-    """A ``serve --config`` file cannot be read or validated; names the file, key and reason."""
 
 
 class ServeSettings(BaseModel):

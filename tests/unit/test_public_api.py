@@ -44,9 +44,10 @@ def test_the_worker_reserves_exactly_the_stable_error_types() -> None:
 
 
 PACKAGE = Path(orchestrator.__file__).parent
-# Raised and handled inside sandhold only: the HTTP front answers it as 413, and callers turn a
-# missing container into ``session_not_found`` for its session.
-NOT_EXPORTED = {"BodyTooLargeError", "ContainerNotFoundError"}
+# Raised and handled inside sandhold only: the HTTP front answers it as 413, callers turn a
+# missing container into ``session_not_found`` for its session, and ``serve --config`` is the
+# command line's.
+NOT_EXPORTED = {"BodyTooLargeError", "ConfigFileError", "ContainerNotFoundError"}
 
 
 def _host_modules() -> list[Path]:

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.cli._serve_config import ConfigFileError, ServeSettings, resolve_settings
+from orchestrator.cli._serve_config import ServeSettings, resolve_settings
+from orchestrator.errors import ConfigFileError
 
 DEFAULTS = {name: field.default for name, field in ServeSettings.model_fields.items()}
 FROM_DEFAULT = {name: SimpleNamespace(name="DEFAULT") for name in DEFAULTS}
