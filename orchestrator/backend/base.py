@@ -6,8 +6,10 @@ lives in ``backend/docker``, an in-memory one for pure-logic unit tests in ``bac
 The contract, besides the signatures: a container of ours carries the spec's labels and is found
 by them; a container the engine no longer has, or that no longer runs, is
 ``ContainerNotFoundError`` wherever it is named (state, pause, exec); ``remove_container`` is
-idempotent; an exec's stream ends (``receive`` gives None) when its process ends or its container
-goes; errors are the orchestrator's own (``BackendError`` and below), never the engine's.
+idempotent; an exec's stream ends (``receive`` gives None) when its process ends or when the
+backend removes its container (under runsc a removal from outside can leave it open: callers
+that wait on a stream also watch ``container_state``); errors are the orchestrator's own
+(``BackendError`` and below), never the engine's.
 """
 
 from __future__ import annotations
@@ -155,7 +157,8 @@ class Backend(Protocol):
         ...
 
     async def remove_container(self, container_id: str) -> None:
-        """Force-remove the container and its execs; one already gone is not an error."""
+        """Force-remove the container, ending its execs and closing their streams; one already
+        gone is not an error."""
         ...
 
     async def container_state(self, container_id: str) -> ContainerState: ...

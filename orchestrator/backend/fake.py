@@ -43,7 +43,14 @@ from orchestrator.backend.base import (
 )
 from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
 
-__all__ = ["FakeBackend", "FakeContainer", "FakeExecStream", "FakeProcess", "Program"]
+__all__ = [
+    "FakeBackend",
+    "FakeContainer",
+    "FakeExecStream",
+    "FakeProcess",
+    "Program",
+    "ProgramRun",
+]
 
 ProgramRun = Generator[None, bytes | None, int]
 Program = Callable[["FakeProcess"], "int | ProgramRun"]
@@ -172,9 +179,13 @@ class FakeExecStream:
         self._backend.deliver(self._process, bytes(data))
 
     async def send_eof(self) -> None:
-        self._check_writable()
-        self._stdin_open = False
-        self._backend.deliver(self._process, None)
+        # Closing stdin is a half-close of the socket: it succeeds even when the process has
+        # ended, and a second one changes nothing.
+        if self._closed:
+            raise anyio.ClosedResourceError
+        was_open, self._stdin_open = self._stdin_open, False
+        if was_open and self._process.running:
+            self._backend.deliver(self._process, None)
 
     def _check_writable(self) -> None:
         if self._closed:

@@ -8,6 +8,7 @@ every path that fails after it was created, so a failed create never leaks one.
 from __future__ import annotations
 
 import io
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ class DockerBackend:
     def __init__(self, client: DockerClient | None = None) -> None:
         self.client = client or DockerClient()
         self._runtimes: frozenset[str] | None = None
+        # The streams this backend attached, by container: removing a container closes them,
+        # since under runsc a removed container's exec streams can stay open for minutes.
+        self._attached: weakref.WeakKeyDictionary[AttachedExec, str] = weakref.WeakKeyDictionary()
 
     async def runtimes(self) -> frozenset[str]:
         if self._runtimes is None:
@@ -81,6 +85,9 @@ class DockerBackend:
 
         with anyio.fail_after(REMOVE_TIMEOUT):
             await self.client.call(remove)
+        for stream, of in list(self._attached.items()):
+            if of == container_id:
+                await stream.aclose()
 
     async def container_state(self, container_id: str) -> ContainerState:
         data = await self.client.call(lambda sdk: sdk.api.inspect_container(container_id))
@@ -145,7 +152,9 @@ class DockerBackend:
             )
         )
         endpoint = await self.client.endpoint()
-        return await AttachedExec.start(endpoint, created["Id"], tty=spec.tty)
+        stream = await AttachedExec.start(endpoint, created["Id"], tty=spec.tty)
+        self._attached[stream] = container_id
+        return stream
 
     async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.call(lambda sdk: sdk.api.exec_inspect(exec_id))
