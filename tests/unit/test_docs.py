@@ -95,3 +95,15 @@ def test_every_response_of_the_openapi_document_has_a_schema() -> None:
                 if not contents or not all("schema" in c for c in contents.values()):
                     missing.append(f"{method.upper()} {path} {status}")
     assert missing == []
+
+
+@pytest.mark.parametrize("name", ["sandhold.service", "compose.yaml", "Dockerfile.server"])
+def test_the_operations_page_shows_each_deployment_file_as_it_is(name: str) -> None:
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert (ROOT / "docs" / "deploy" / name).read_text(encoding="utf-8") in page
+
+
+def test_the_compose_file_runs_serve_with_the_engine_socket_and_a_data_volume() -> None:
+    text = (ROOT / "docs" / "deploy" / "compose.yaml").read_text(encoding="utf-8")
+    assert '"serve"' in text and "/var/run/docker.sock:/var/run/docker.sock" in text
+    assert "sandhold-data:/data" in text and "127.0.0.1:8080:8080" in text
