@@ -1,0 +1,269 @@
+"""The session manager's own logic, through ``Orchestrator``, on the in-memory backend: what
+start reaps, the labels a session carries, that a failed create leaves nothing, eviction at
+``max_sessions``, pause bookkeeping, sessions ended when their container stops or vanishes, and
+teardown. The fake's worker answers the handshake and requests of ``session/repl/protocol.py``;
+how a real worker, container and engine behave is tested in tests/docker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator._api import Orchestrator
+from orchestrator._core.config import OrchestratorConfig
+from orchestrator.backend.base import (
+    LABEL_ORCHESTRATOR,
+    LABEL_POLICY_NAME,
+    LABEL_SESSION,
+    LABEL_TENANT,
+    LEGACY_LABEL_ORCHESTRATOR,
+)
+from orchestrator.backend.fake import FakeBackend, FakeProcess, ProgramRun
+from orchestrator.errors import (
+    BackendUnavailableError,
+    ProcessCrashedError,
+    QuotaExceededError,
+    SessionNotFoundError,
+)
+from orchestrator.session.repl.protocol import PROTOCOL_VERSION
+from orchestrator.session.repl.worker_process import PID_ANNOUNCER
+
+pytestmark = pytest.mark.anyio
+
+ORCHESTRATOR_ID = "orch-unit"
+EXTRA_LABEL = "unit.run"
+# Nothing here waits on a container; a second is far more than any of it takes.
+STEP_TIMEOUT = 5.0
+KILL = ("/bin/sh", "-c", 'kill -s "$1" "$2"')
+
+
+class Worker:
+    """A scripted REPL worker: it announces its pid, sends the ready frame, and answers each
+    request; ``requests`` keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, process: FakeProcess) -> ProgramRun:
+        process.write(f"sandhold-pid {process.pid}\n".encode())
+        ready = {"type": "ready", "pid": process.pid, "protocol": PROTOCOL_VERSION, "python": "3"}
+        process.write(json.dumps(ready).encode() + b"\n")
+        pending = b""
+        while (data := (yield)) is not None:
+            pending += data
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                self.requests.append(request)
+                process.write(json.dumps(self.reply(request)).encode() + b"\n")
+        return 0
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        frame = {"type": "reply", "id": request["id"], "ok": True}
+        if request["op"] == "execute":
+            frame |= {
+                "success": True,
+                "stdout": f"ran {request['code']}\n",
+                "execution_time_ms": 1.0,
+                "cpu_time_ms": 1.0,
+                "peak_memory_mb": 1.0,
+            }
+        return frame
+
+
+def refusing_worker(process: FakeProcess) -> int:
+    process.write(f"sandhold-pid {process.pid}\n".encode())
+    process.write(b'{"type": "fatal", "error_message": "no interpreter here"}\n')
+    return 1
+
+
+def engine(worker: Any) -> FakeBackend:
+    backend = FakeBackend()
+    backend.program(PID_ANNOUNCER, worker)
+
+    def kill(process: FakeProcess) -> int:
+        name, pid = process.argv[4], int(process.argv[5])
+        if name == "KILL":
+            backend.kill(process.container.id, pid)
+        return 0
+
+    backend.program(KILL, kill)
+    return backend
+
+
+def settings(**overrides: Any) -> OrchestratorConfig:
+    base: dict[str, Any] = {
+        "image": "fake-image",
+        "orchestrator_id": ORCHESTRATOR_ID,
+        "extra_labels": {EXTRA_LABEL: "yes"},
+    }
+    return OrchestratorConfig(**(base | overrides))
+
+
+@pytest.fixture
+def worker() -> Worker:
+    return Worker()
+
+
+@pytest.fixture
+def fake(worker: Worker) -> FakeBackend:
+    return engine(worker)
+
+
+@pytest.fixture
+async def orch(fake: FakeBackend) -> AsyncIterator[Orchestrator]:
+    with anyio.fail_after(STEP_TIMEOUT):
+        async with Orchestrator(settings(), backend=fake) as started:
+            yield started
+
+
+async def test_start_reaps_only_the_containers_of_its_id_that_the_registry_does_not_know(
+    fake: FakeBackend,
+) -> None:
+    ours = fake.add_container({LABEL_ORCHESTRATOR: ORCHESTRATOR_ID, LABEL_SESSION: "gone"})
+    stopped = fake.add_container({LABEL_ORCHESTRATOR: ORCHESTRATOR_ID}, status="exited")
+    legacy = fake.add_container({LEGACY_LABEL_ORCHESTRATOR: ORCHESTRATOR_ID})
+    others = fake.add_container({LABEL_ORCHESTRATOR: "another-orchestrator"})
+    unlabelled = fake.add_container({})
+    with anyio.fail_after(STEP_TIMEOUT):
+        async with Orchestrator(settings(), backend=fake) as orch:
+            assert sorted(orch.last_reconcile.reaped) == sorted([ours, stopped, legacy])
+            assert sorted(fake.containers) == sorted([others, unlabelled])
+
+
+async def test_a_session_is_a_container_labelled_with_its_identity(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    session = await orch.create_session(tenant="team-a")
+    labels = fake.containers[session.container_id].labels
+    assert labels[LABEL_SESSION] == session.id
+    assert labels[LABEL_TENANT] == "team-a"
+    assert labels[LABEL_ORCHESTRATOR] == ORCHESTRATOR_ID
+    assert labels[LABEL_POLICY_NAME] == "default"
+    assert labels[EXTRA_LABEL] == "yes"
+    found = await fake.list_containers({LABEL_SESSION: session.id})
+    assert found == [session.container_id]
+
+
+async def test_destroy_removes_the_container_and_a_second_destroy_changes_nothing(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    session = await orch.create_session()
+    assert await orch.destroy(session.id) is True
+    assert session.container_id not in fake.containers
+    assert await orch.destroy(session.id) is False
+    with pytest.raises(SessionNotFoundError):
+        orch.find_session(session.id)
+
+
+async def test_execute_goes_to_the_worker_and_its_reply_comes_back(
+    orch: Orchestrator, worker: Worker
+) -> None:
+    result = await orch.execute("1 + 1")
+    assert result.success and result.created_new_session
+    assert result.stdout == "ran 1 + 1\n"
+    assert [(r["op"], r["code"]) for r in worker.requests] == [("execute", "1 + 1")]
+
+
+async def test_a_worker_that_refuses_to_start_leaves_no_container() -> None:
+    fake = engine(refusing_worker)
+    with anyio.fail_after(STEP_TIMEOUT):
+        async with Orchestrator(settings(), backend=fake) as orch:
+            with pytest.raises(ProcessCrashedError):
+                await orch.create_session()
+            assert fake.containers == {}
+            assert orch.list_sessions() == []
+
+
+async def test_a_policy_whose_runtime_the_engine_lacks_creates_nothing(
+    fake: FakeBackend, tmp_path: Path
+) -> None:
+    (tmp_path / "gvisor.toml").write_text('extends = "default"\nruntime = "runsc"\n')
+    with anyio.fail_after(STEP_TIMEOUT):
+        async with Orchestrator(settings(policy_dirs=(tmp_path,)), backend=fake) as orch:
+            with pytest.raises(BackendUnavailableError) as refused:
+                await orch.create_session(policy="gvisor")
+            assert refused.value.code == "backend_unavailable"
+            assert fake.containers == {}
+
+
+async def test_at_max_sessions_the_callers_least_recent_idle_session_makes_room(
+    fake: FakeBackend,
+) -> None:
+    with anyio.fail_after(STEP_TIMEOUT):
+        async with Orchestrator(settings(max_sessions=2), backend=fake) as orch:
+            older = await orch.create_session(tenant="team-a")
+            newer = await orch.create_session(tenant="team-a")
+            older.last_active = newer.last_active - 60
+            third = await orch.create_session(tenant="team-a")
+            assert older.container_id not in fake.containers
+            assert {newer.container_id, third.container_id} <= set(fake.containers)
+
+            with pytest.raises(QuotaExceededError) as refused:
+                await orch.create_session(tenant="team-b")
+            assert refused.value.quota == "max_sessions"
+            assert len(fake.containers) == 2
+
+
+async def test_pause_freezes_the_container_and_the_next_call_thaws_it(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    session = await orch.create_session()
+    assert await orch.pause(session.id) is True
+    assert fake.containers[session.container_id].status == "paused"
+    assert await orch.pause(session.id) is False
+    result = await orch.execute("x = 1", session_id=session.id)
+    assert result.success and not result.state_reset
+    assert fake.containers[session.container_id].status == "running"
+    assert await orch.resume(session.id) is False
+
+
+async def test_a_container_stopped_from_outside_ends_its_session_at_the_next_reconcile(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    kept = await orch.create_session()
+    stopped = await orch.create_session()
+    fake.stop(stopped.container_id)
+    report = await orch.reconcile()
+    assert report.forgotten == [stopped.id]
+    assert stopped.container_id not in fake.containers
+    with pytest.raises(SessionNotFoundError):
+        orch.find_session(stopped.id)
+    assert orch.find_session(kept.id) is kept
+
+
+async def test_a_call_on_a_session_whose_container_vanished_says_so_and_ends_it(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    session = await orch.create_session()
+    await fake.remove_container(session.container_id)
+    result = await orch.execute("1", session_id=session.id)
+    assert result.error_type == "process_crashed" and result.state_reset
+    assert "its container is gone" in (result.error_message or "")
+    arguments = {"operation": "execute", "session_id": session.id, "code": "1"}
+    again = await orch.call("python_repl", arguments)
+    assert again.structured["error_type"] == "session_not_found"
+
+
+async def test_closing_the_manager_removes_every_container_it_made(fake: FakeBackend) -> None:
+    foreign = fake.add_container({LABEL_ORCHESTRATOR: "another-orchestrator"})
+    with anyio.fail_after(STEP_TIMEOUT):
+        async with Orchestrator(settings(), backend=fake) as orch:
+            for _ in range(3):
+                await orch.create_session()
+            assert len(fake.containers) == 4
+    assert list(fake.containers) == [foreign]
+    assert fake.processes == {}
+
+
+async def test_an_engine_that_does_not_answer_fails_the_start(fake: FakeBackend) -> None:
+    fake.reachable = False
+    orch = Orchestrator(settings(), backend=fake)
+    with pytest.raises(BackendUnavailableError):
+        await orch.start()
+    await orch.aclose()
