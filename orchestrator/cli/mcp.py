@@ -202,7 +202,9 @@ async def _run_orchestrator(
 
 
 def _import_orchestrator() -> None:
-    pass
+    # Slow (the Docker SDK, pydantic models): imported off the event loop, see above.
+    import orchestrator._api
+    import orchestrator.cli.image  # noqa: F401
 
 
 async def _forward(remote: RemoteSandhold, early: EarlyAnswer) -> None:
