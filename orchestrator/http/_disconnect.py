@@ -8,11 +8,12 @@ Invariants: one task (the pump) is the only reader of the server's ``receive``; 
 body on through a one-message buffer, so the app's reads keep their back-pressure, and after the
 last body message it only waits for ``http.disconnect``. A disconnect before the app has sent the
 end of its response cancels the app; one after (uvicorn reports a finished response as a
-disconnect) changes nothing. The app's own exceptions leave as they are, not in a group.
+disconnect) changes nothing. The app's own exceptions leave as they are.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Final
 
@@ -64,17 +65,15 @@ class _Watched:
                 self.responded = True
             await send(message)
 
-        failure: Exception | None = None
-        async with anyio.create_task_group() as group, receiver:
-            group.start_soon(self._pump, receive, sender, group.cancel_scope)
+        # A plain asyncio task, not an anyio task group: a task group costs ~75 µs a request
+        # (measured), a tenth of REST's latency budget over stdio (1 ms). The HTTP server is
+        # uvicorn's, so the loop is asyncio's.
+        with receiver, anyio.CancelScope() as app_scope:
+            pump = asyncio.get_running_loop().create_task(self._pump(receive, sender, app_scope))
             try:
                 await self.app(scope, app_receive, app_send)
-            except Exception as exc:
-                failure = exc
             finally:
-                group.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
+                pump.cancel()
 
     async def _app_receive(self, receiver: MemoryObjectReceiveStream[Message]) -> Message:
         try:
@@ -89,16 +88,19 @@ class _Watched:
         sender: MemoryObjectSendStream[Message],
         app_scope: anyio.CancelScope,
     ) -> None:
-        async with sender:
-            while True:
+        try:
+            with sender:
                 message = await receive()
-                if message["type"] == "http.disconnect":
-                    break
-                await sender.send(message)
-                if _is_last_body(message):
-                    break
-        while message["type"] != "http.disconnect":
-            message = await receive()
-        self.disconnected.set()
-        if not self.responded:
-            app_scope.cancel()
+                while message["type"] != "http.disconnect":
+                    await sender.send(message)
+                    if _is_last_body(message):
+                        break
+                    message = await receive()
+            while message["type"] != "http.disconnect":
+                message = await receive()
+        finally:
+            # A disconnect, or the server's receive failing (no body or disconnect will come):
+            # either way the app has no one to answer.
+            self.disconnected.set()
+            if not self.responded:
+                app_scope.cancel()
