@@ -314,8 +314,8 @@ async def test_a_fork_bomb_is_held_by_the_pids_limit_under_gvisor(
     if not state.running:
         assert state.exit_code is not None, state
         return
-    alive = await run_python(docker_backend, container_id, "print('alive')")
-    assert alive.stdout.strip() == b"alive", alive
+    exit_code, stdout, stderr = await run_python(docker_backend, container_id, "print('alive')")
+    assert (exit_code, stdout.strip()) == (0, "alive"), stderr
 
 
 # -- python_repl ----------------------------------------------------------------------------
