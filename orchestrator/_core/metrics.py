@@ -152,6 +152,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.http_refusals = Counter(
+            "sandhold_http_refusals",
+            "REST requests refused before any tool ran (a body too large or not JSON, an "
+            "unknown route), by status.",
+            ["status"],
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(self, sessions, pools))
         # Children by label values: ``labels()`` takes a lock and builds a tuple each time.
         self._call_children: dict[tuple[str, str, str], Callable[[], None]] = {}

@@ -151,17 +151,39 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def _orchestrator_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, OrchestratorError)
-    status = 413 if isinstance(exc, BodyTooLargeError) else STATUS_BY_ERROR_TYPE.get(exc.code)
-    return answer({"success": False, **exc.to_dict()}, status or 500)
+class _Refusals:
+    """Requests refused before a tool runs (a body too large or not JSON, an unknown route):
+    answered with their error, counted in the metrics, and recorded in the audit log for the
+    tenant whose key made them (a call that reached a tool is recorded by ``call()``)."""
 
+    def __init__(self, orchestrator: Orchestrator) -> None:
+        self._orchestrator = orchestrator
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    message = f"{exc.detail}: {request.method} {request.url.path}"
-    body = {"success": False, "error_type": "invalid_argument", "error_message": message}
-    return answer(body, exc.status_code)
+    async def orchestrator_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, OrchestratorError)
+        status = 413 if isinstance(exc, BodyTooLargeError) else STATUS_BY_ERROR_TYPE.get(exc.code)
+        return await self._refuse(request, {"success": False, **exc.to_dict()}, status or 500)
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = f"{exc.detail}: {request.method} {request.url.path}"
+        body = {"success": False, "error_type": "invalid_argument", "error_message": message}
+        return await self._refuse(request, body, exc.status_code)
+
+    async def _refuse(self, request: Request, body: dict[str, Any], status: int) -> Response:
+        self._orchestrator.metrics.http_refusals.labels(str(status)).inc()
+        audit, tenant = self._orchestrator.audit_log, request.scope.get(TENANT_SCOPE_KEY)
+        if audit is not None and isinstance(tenant, str):
+            details = {"method": request.method, "path": request.url.path[:200], "status": status}
+            try:
+                await audit.record(
+                    tenant=tenant, task=None, tool="http",
+                    operation="refuse", session_id=None, arguments={}, success=False,
+                    error_type=str(body.get("error_type")), duration_ms=0.0, details=details,
+                )  # fmt: skip
+            except OrchestratorError as error:
+                log.error("audit log could not record a refused request: %s", error)
+        return answer(body, status)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -222,12 +244,13 @@ def build_app(
                 await stack.enter_async_context(mcp_app.run())
             yield
 
+    refusals = _Refusals(orchestrator)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
-            OrchestratorError: _orchestrator_error,
-            HTTPException: _http_error,
+            OrchestratorError: refusals.orchestrator_error,
+            HTTPException: refusals.http_error,
             Exception: _unexpected,
         },
     )

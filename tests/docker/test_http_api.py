@@ -8,6 +8,7 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -198,6 +199,43 @@ async def test_a_body_over_the_cap_is_refused_with_413(orch: Orchestrator) -> No
     for response in (declared, streamed):
         assert response.status_code == 413
         assert response.json()["error_type"] == "invalid_argument"
+
+
+async def test_requests_refused_before_a_tool_runs_are_counted_and_audited(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with Orchestrator(config(worker_image.tag, audit_dir=tmp_path)) as orch:
+        app = build_app(orch, KEYS, max_body_bytes=1024, mcp=False)
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://t", headers=headers
+        ) as http:
+            with anyio.fail_after(CALL_TIMEOUT):
+                too_large = await http.post("/v1/files", content=b"x" * 2048)
+                not_json = await http.post("/v1/files", content=b"{nope")
+                metrics = (await http.get("/metrics")).text
+    assert (too_large.status_code, not_json.status_code) == (413, 400)
+    counted = {
+        sample.labels["status"]: sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "sandhold_http_refusals_total"
+    }
+    assert counted == {"413": 1.0, "400": 1.0}
+    records = await anyio.to_thread.run_sync(_audit_records, tmp_path)
+    refused = [r for r in records if (r.get("tool"), r.get("operation")) == ("http", "refuse")]
+    assert [r["error_type"] for r in refused] == ["invalid_argument", "invalid_argument"]
+    assert {r["tenant"] for r in refused} == {"tenant-a"}
+
+
+def _audit_records(directory: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for segment in sorted(directory.glob("audit-*.jsonl"))
+        for line in segment.read_text().splitlines()
+    ]
 
 
 async def test_unknown_routes_and_methods_answer_json(client: Client) -> None:
