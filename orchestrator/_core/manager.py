@@ -539,7 +539,8 @@ class SessionManager:
         once the turn is ours: the session may have ended, or its task been closed, meanwhile."""
         async with session.turn(busy_timeout=self.config.busy_timeout):
             if session.closed or self._table.grants.sealed(session.tenant, current_task()):
-                raise SessionNotFoundError(f"session not found: {session.id}")
+                # Ended while this call waited for its turn (the reaper, a destroy): say why.
+                raise self._table.not_found(session.id, session.tenant)
             if session.paused:
                 await self._thaw(session)
             yield

@@ -88,10 +88,15 @@ class SessionTable:
             or not may_see(session.task, task)
             or self.grants.sealed(tenant, task)
         ):
-            ended = self._ended.reason(tenant, session_id, task)
-            suffix = f" (it ended: {ended})" if ended else ""
-            raise SessionNotFoundError(f"session not found: {session_id}{suffix}")
+            raise self.not_found(session_id, tenant)
         return session
+
+    def not_found(self, session_id: str, tenant: str) -> SessionNotFoundError:
+        """The answer for a session the caller cannot have: why it ended, if it ended on its
+        own and the caller owned it, else nothing more than an unknown id would get."""
+        ended = self._ended.reason(tenant, session_id, current_task())
+        suffix = f" (it ended: {ended})" if ended else ""
+        return SessionNotFoundError(f"session not found: {session_id}{suffix}")
 
     def visible(self, tenant: str) -> list[Session]:
         task = current_task()
