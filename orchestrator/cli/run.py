@@ -3,9 +3,13 @@ through."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import secrets
 import sys
+import tempfile
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -24,9 +28,18 @@ def run(
     ] = None,
     policy: Annotated[str | None, typer.Option(help="Name of the policy to run under.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds before it is stopped.")] = None,
+    results_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--results-dir",
+            help="Where rich results (figures, HTML tables) are saved; a new temporary "
+            "directory when not given.",
+        ),
+    ] = None,
 ) -> None:
-    """Run code or a command in a throwaway sandbox. Output is printed; the exit status is the
-    command's, or 1 when the code failed."""
+    """Run code or a command in a throwaway sandbox. Output is printed, rich results are saved
+    to files (their paths printed on stderr); the exit status is the command's, or 1 when the
+    code failed."""
     if (code is None) == (command is None):
         typer.echo("error: invalid_argument: give exactly one of --code and --command", err=True)
         raise typer.Exit(EXIT_ERROR)
@@ -43,7 +56,7 @@ def run(
             result = anyio.run(
                 _run_command, _given({"command": command, "policy": policy}), timeout
             )
-    raise typer.Exit(_show(result))
+    raise typer.Exit(_show(result, results_dir))
 
 
 def _given(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -94,10 +107,49 @@ async def _run_command(arguments: dict[str, Any], timeout: float | None) -> dict
             return {"success": False, "error_type": "timeout", "error_message": message}
 
 
-def _show(result: dict[str, Any]) -> int:
+# The file each representation of a rich result is saved as, by preference; text/plain is
+# printed instead when a result has nothing else.
+_SUFFIXES = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/svg+xml": ".svg",
+    "text/html": ".html",
+    "text/markdown": ".md",
+    "text/latex": ".tex",
+    "application/json": ".json",
+}
+_BINARY = frozenset({"image/png", "image/jpeg"})
+
+
+def _save_results(results: list[dict[str, Any]], directory: Path | None) -> None:
+    """Each representation of each rich result as a file; text-only results other than the
+    main one (``display(3)``) are printed, as a notebook shows them."""
+    for number, bundle in enumerate(results, 1):
+        kinds = [mime for mime in _SUFFIXES if mime in bundle]
+        if not kinds:
+            if not bundle.get("is_main_result"):  # the main one is result_repr, printed below
+                sys.stdout.write(f"{bundle.get('text/plain', '')}\n")
+            continue
+        if directory is None:
+            directory = Path(tempfile.mkdtemp(prefix="sandhold-results-"))
+        directory.mkdir(parents=True, exist_ok=True)
+        for mime in kinds:
+            path = directory / f"result-{number}{_SUFFIXES[mime]}"
+            data = bundle[mime]
+            if mime in _BINARY:
+                path.write_bytes(base64.b64decode(data))
+            elif mime == "application/json":
+                path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+            else:
+                path.write_text(str(data), encoding="utf-8")
+            sys.stderr.write(f"result {number} ({mime}) saved to {path}\n")
+
+
+def _show(result: dict[str, Any], results_dir: Path | None = None) -> int:
     """Print a result as a terminal user expects it; the exit status to pass on."""
     sys.stdout.write(result.get("stdout") or "")
     sys.stderr.write(result.get("stderr") or "")
+    _save_results(result.get("results") or [], results_dir)
     if result.get("result_repr") is not None:
         sys.stdout.write(f"{result['result_repr']}\n")
     if isinstance(result.get("exit_code"), int) and not result.get("timed_out"):

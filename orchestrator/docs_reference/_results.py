@@ -62,6 +62,11 @@ MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
         "stdout_bytes": "Bytes written to stdout, what the cap cut away included.",
         "stderr_bytes": "Bytes written to stderr, what the cap cut away included.",
         "result_repr": "The `repr()` of a final expression's value, when there is one.",
+        "results": "Rich results in the order the cell showed them: MIME bundles holding "
+        "`text/plain` and any of `text/html`, `text/markdown`, `image/svg+xml`, `image/png`, "
+        "`image/jpeg` (base64), `text/latex`, `application/json`, with `is_main_result` for "
+        "the final expression's value and `truncated` when a representation was left out for "
+        "size. From `display()`, the final expression and matplotlib figures.",
         "error_type": "On failure: the exception's class name, or `timeout`, `validation`, "
         "`import_blocked`, `process_crashed`, `output_limit`.",
         "error_message": "On failure: the exception's message, or why the code did not run.",

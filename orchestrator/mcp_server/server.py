@@ -80,6 +80,7 @@ __all__ = [
     "ToolCaller",
     "build_mcp_server",
     "current_http_request",
+    "image_content",
     "mcp_tool",
     "run_stdio",
     "serve_stdio",
@@ -90,6 +91,7 @@ UNKNOWN_TOOL = f"unknown tool; the tools are: {', '.join(TOOLS)}"
 READ_ONLY_OPERATIONS_META = "sandhold/readOnlyOperations"
 # A stdin read asks for at most this much; a frame longer than this arrives in several reads.
 STDIN_CHUNK_BYTES = 1 << 16
+IMAGE_MIME_TYPES = ("image/png", "image/jpeg")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -111,6 +113,21 @@ _http_request: ContextVar[Request | None] = ContextVar("sandhold_mcp_http_reques
 def current_http_request() -> Request | None:
     """The HTTP request that carried the tool call being served; None on stdio or outside one."""
     return _http_request.get()
+
+
+def image_content(structured: Mapping[str, Any]) -> list[types.ImageContent]:
+    """The images among a call's rich results, as MCP image content, so a client that shows a
+    model content blocks shows it the chart (the structured content has them too)."""
+    images = []
+    for bundle in structured.get("results") or ():
+        if not isinstance(bundle, dict):
+            continue
+        for mime in IMAGE_MIME_TYPES:
+            data = bundle.get(mime)
+            if isinstance(data, str):
+                images.append(types.ImageContent(data=data, mime_type=mime))
+                break  # one picture per result, the first kind it has
+    return images
 
 
 def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Server[Any]:
@@ -137,7 +154,7 @@ def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Ser
         if params.name not in TOOLS:  # called all the same, so the audit log records it
             raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
         return types.CallToolResult(
-            content=[types.TextContent(text=result.text)],
+            content=[types.TextContent(text=result.text), *image_content(result.structured)],
             structured_content=result.structured,
             is_error=result.is_error,
         )

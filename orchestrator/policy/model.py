@@ -151,6 +151,15 @@ class OutputConfig(_Section):
         le=256 * MIB,
         description="Largest reply the worker may send; must hold both streams.",
     )
+    max_result_bytes: int = Field(
+        2 * MIB,
+        ge=1024,
+        le=256 * MIB,
+        description="Bytes all rich results of one cell (figures, tables, `display()`) may "
+        "take together, base64 counted; within what `max_reply_bytes` leaves beside both "
+        "streams. A representation that does not fit is left out and its result says "
+        "`truncated`.",
+    )
 
     @model_validator(mode="after")
     def _stream_fits_reply(self) -> Self:

@@ -33,6 +33,9 @@ MAX_INLINE_CHARS = 200
 # Text fields, shown last and in this order; any other multi-line string follows them.
 TEXT_FIELDS = ("stdout", "stderr", "output", "result_repr", "content", "context", "traceback")
 BASE64_FIELDS = frozenset({"content_b64", "tar_b64"})
+# Rich results: each is shown by its text/plain, with the other types it holds named and sized
+# (a PNG is not text; MCP carries images as image content beside the text).
+RESULTS_FIELD = "results"
 _HEAD_FIELDS = frozenset({"success", "operation", "error_type", "error_message"})
 
 
@@ -49,7 +52,9 @@ def render_text(tool: str, structured: dict[str, Any]) -> str:
         value = structured[name]
         if name in _HEAD_FIELDS or value is None or value in ("", [], {}):
             continue
-        if name in BASE64_FIELDS and isinstance(value, str):
+        if name == RESULTS_FIELD and isinstance(value, list):
+            listings += _field(name, "\n".join(_result_line(row) for row in value))
+        elif name in BASE64_FIELDS and isinstance(value, str):
             lines.append(f"{name}: {len(value)} base64 characters (in the structured content)")
         elif isinstance(value, str) and (name in TEXT_FIELDS or _is_long(value)):
             blocks[name] = value
@@ -79,6 +84,20 @@ def _field(name: str, value: str) -> list[str]:
     if not _is_long(value):
         return [f"{name}: {value}"]
     return [f"{name}:", bounded(value, name)]
+
+
+def _result_line(bundle: Any) -> str:
+    if not isinstance(bundle, dict):
+        return _compact(bundle)
+    text = str(bundle.get("text/plain", ""))
+    others = [
+        f"{mime} ({len(data) if isinstance(data, str) else len(_compact(data))} chars)"
+        for mime, data in bundle.items()
+        if "/" in mime and mime != "text/plain"
+    ]
+    flags = [flag for flag in ("is_main_result", "truncated") if bundle.get(flag)]
+    extra = f" [{', '.join(others + flags)}]" if others or flags else ""
+    return bounded(text, "results", MAX_INLINE_CHARS * 4) + extra
 
 
 def _is_long(value: str) -> bool:

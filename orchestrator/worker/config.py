@@ -18,7 +18,13 @@ _LISTS = {
     "forbidden_modules": _MODULE_NAME,
     "forbidden_builtins": _BUILTIN_NAME,
 }
-_LIMITS = ("max_code_bytes", "max_stream_bytes", "max_reply_bytes", "max_repr_chars")
+_LIMITS = (
+    "max_code_bytes",
+    "max_stream_bytes",
+    "max_reply_bytes",
+    "max_repr_chars",
+    "max_result_bytes",
+)
 # Room for the largest reply with every field cut down (an error naming a 64-character id).
 MIN_REPLY_BYTES = 4096
 
@@ -37,6 +43,8 @@ class WorkerConfig:
     max_stream_bytes: int
     max_reply_bytes: int
     max_repr_chars: int
+    # Bytes all of a cell's rich results may take together (display.py).
+    max_result_bytes: int
     # Outlive the host's stream: on its end, wait for a relay on socket_path(pid) (see relay.py).
     persist: bool
 
@@ -77,6 +85,7 @@ def parse_config(text: str | None) -> WorkerConfig:
         max_stream_bytes=limits["max_stream_bytes"],
         max_reply_bytes=limits["max_reply_bytes"],
         max_repr_chars=limits["max_repr_chars"],
+        max_result_bytes=limits["max_result_bytes"],
         persist=raw["persist"],
     )
 

@@ -15,6 +15,7 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from .config import WorkerConfig
+from .display import CellResults, Display
 from .errors import GuardError, ImportBlockedError, RestrictedError
 from .interrupts import InterruptGate
 from .introspect import bounded_repr
@@ -47,6 +48,8 @@ RESERVED_ERROR_TYPES = frozenset(
         "policy",
         "busy",
         "backend_unavailable",
+        "unknown_template",
+        "template_not_built",
         "internal",
     ]
 )
@@ -94,6 +97,8 @@ class Executor:
                 namespace=self.namespace,
             )
             self._builtins = self.restrictions.builtins()
+        self.display = Display()
+        self.display.install(self._builtins)
         self._cells = 0
         self._sources: OrderedDict[str, None] = OrderedDict()
         self._compiled: OrderedDict[str, CompiledCell] = OrderedDict()
@@ -196,24 +201,41 @@ class Executor:
             old, _ = self._sources.popitem(last=False)
             linecache.cache.pop(old, None)
 
-    def run(self, cell: CompiledCell) -> CellOutcome:
+    def run(self, cell: CompiledCell, results: CellResults | None = None) -> CellOutcome:
+        """Run ``cell``; with ``results``, what it displays and its final value go there."""
         try:
-            return self.gate.call(lambda: self._run(cell))
+            return self.gate.call(lambda: self._run(cell, results))
         except KeyboardInterrupt as exc:  # arrived while leaving user code
             return self._failure(exc)
 
-    def _run(self, cell: CompiledCell) -> CellOutcome:
+    def _run(self, cell: CompiledCell, results: CellResults | None) -> CellOutcome:
+        self.display.current = results
         try:
-            exec(cell.body, self.namespace)
-            if cell.last_expression is None:
-                return CellOutcome(True)
-            value = eval(cell.last_expression, self.namespace)
-            if value is None:
-                return CellOutcome(True)
-            return CellOutcome(True, result_repr=bounded_repr(value, self.config.max_repr_chars))
+            try:
+                outcome = self._evaluate(cell, results)
+            finally:
+                # Figures drawn before an exception are shown too, as in Jupyter; still inside
+                # the gate, so an interrupt reaches a figure that takes forever to draw.
+                if results is not None:
+                    results.add_open_figures()
+            return outcome
         except BaseException as exc:
             self.gate.armed = False
             return self._failure(exc)
+        finally:
+            self.display.current = None
+
+    def _evaluate(self, cell: CompiledCell, results: CellResults | None) -> CellOutcome:
+        exec(cell.body, self.namespace)
+        if cell.last_expression is None:
+            return CellOutcome(True)
+        value = eval(cell.last_expression, self.namespace)
+        if value is None:
+            return CellOutcome(True)
+        text = bounded_repr(value, self.config.max_repr_chars)
+        if results is not None:
+            results.add(value, main=True, plain=text)
+        return CellOutcome(True, result_repr=text)
 
     def _failure(self, exc: BaseException) -> CellOutcome:
         return CellOutcome(

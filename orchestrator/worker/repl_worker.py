@@ -29,6 +29,7 @@ if __name__ == "__main__" and not __package__:
 
 from .capture import CapturedOutput, OutputCapture
 from .config import CONFIG_ENV, ConfigError, WorkerConfig, parse_config
+from .display import CellResults
 from .executor import CellOutcome, Executor
 from .interrupts import InterruptGate
 from .introspect import inspect_value, list_variables
@@ -133,12 +134,13 @@ class Worker:
         self.meter.start()
         compiled = self.executor.compile(code)
         captured = CapturedOutput(b"", b"", False)
+        results = CellResults(self.config.max_result_bytes, self.config.max_repr_chars)
         if isinstance(compiled, CellOutcome):
             outcome = compiled
         else:
             self.capture.start()
             try:
-                outcome = self.executor.run(compiled)
+                outcome = self.executor.run(compiled, results)
             finally:
                 captured = self.capture.finish()
         usage = self.meter.stop()
@@ -149,6 +151,8 @@ class Worker:
             "stdout_bytes": captured.stdout_bytes,
             "stderr_bytes": captured.stderr_bytes,
             "result_repr": outcome.result_repr,
+            "results": results.bundles,
+            "results_dropped": results.dropped,
             "error_type": outcome.error_type,
             "error_message": outcome.error_message,
             "traceback": outcome.traceback,
@@ -156,7 +160,7 @@ class Worker:
             "execution_time_ms": usage.execution_time_ms,
             "cpu_time_ms": usage.cpu_time_ms,
             "peak_memory_mb": usage.peak_memory_mb,
-            "truncated": captured.truncated,
+            "truncated": captured.truncated or results.truncated,
             "interrupted": outcome.interrupted,
         }
 

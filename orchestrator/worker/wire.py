@@ -25,6 +25,7 @@ _SHRINKABLE = (
     "stdout",
     "stderr",
     "traceback",
+    "results",
     "result_repr",
     "repr",
     "error_message",

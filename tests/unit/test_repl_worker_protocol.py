@@ -39,6 +39,7 @@ def worker_config(mode: str = "restricted", **overrides: object) -> dict[str, An
         "max_stream_bytes": policy.output.max_stream_bytes,
         "max_reply_bytes": policy.output.max_reply_bytes,
         "max_repr_chars": 2000,
+        "max_result_bytes": policy.output.max_result_bytes,
         "persist": False,
     }
     config.update(overrides)

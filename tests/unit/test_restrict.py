@@ -30,6 +30,7 @@ def default_config(**overrides: object) -> WorkerConfig:
         max_stream_bytes=policy.output.max_stream_bytes,
         max_reply_bytes=policy.output.max_reply_bytes,
         max_repr_chars=10_000,
+        max_result_bytes=policy.output.max_result_bytes,
         persist=False,
     )
     return replace(config, **overrides)  # type: ignore[arg-type]

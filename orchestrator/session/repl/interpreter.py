@@ -35,6 +35,7 @@ from orchestrator.session.repl.protocol import (
     ListVariablesReply,
     ProtocolViolation,
     Reply,
+    bundle_size,
     payload,
 )
 from orchestrator.session.repl.worker_process import (
@@ -44,12 +45,15 @@ from orchestrator.session.repl.worker_process import (
     kill_pid,
 )
 
-__all__ = ["FRAME_SLACK_BYTES", "ExecuteOutcome", "Repl", "worker_config"]
+__all__ = ["FRAME_SLACK_BYTES", "ExecuteOutcome", "Repl", "result_budget", "worker_config"]
 
 log = logging.getLogger(__name__)
 
 # Room around the policy's reply cap for JSON framing and the fixed fields.
 FRAME_SLACK_BYTES = 64 * 1024
+# What a reply's fixed fields take beside its streams and rich results (ids, times, flags, an
+# error message and a traceback cut short).
+REPLY_ENVELOPE_BYTES = 16 * 1024
 # Re-adopting: reach the worker; if a cell holds it past the first wait, interrupt the cell
 # (its answer has no reader) and reach it again.
 ADOPT_READY_TIMEOUTS = (2.0, 10.0)
@@ -80,6 +84,8 @@ class ExecuteOutcome(BaseModel):
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     result_repr: str | None = None
+    # Rich results, in the order the cell showed them: MIME bundles (see protocol.MIME_TYPES).
+    results: list[dict[str, Any]] = []
     error_type: str | None = None
     error_message: str | None = None
     traceback: str | None = None
@@ -103,6 +109,7 @@ def worker_config(policy: Policy) -> dict[str, Any]:
         "max_stream_bytes": policy.output.max_stream_bytes,
         "max_reply_bytes": policy.output.max_reply_bytes,
         "max_repr_chars": policy.output.max_stream_bytes,
+        "max_result_bytes": result_budget(policy),
         # The interpreter outlives a crash of the orchestrator; the next one re-adopts it.
         "persist": True,
     }
@@ -209,7 +216,7 @@ class Repl:
                 await self._interrupted_reply(worker, request_id)
                 raise
             if reply is not None:
-                return _outcome(reply, state_reset=state_reset)
+                return _outcome(reply, self._policy, state_reset=state_reset)
             return await self._interrupt(worker, request_id, state_reset=state_reset)
         except ContainerStopped as exc:
             await self._discard(worker)
@@ -281,7 +288,7 @@ class Repl:
         reply = await self._interrupted_reply(worker, request_id)
         if reply is not None:
             try:
-                kept = _outcome(reply, state_reset=state_reset)
+                kept = _outcome(reply, self._policy, state_reset=state_reset)
             except ProtocolViolation:
                 await self._discard(worker)
             else:
@@ -393,11 +400,23 @@ class Repl:
             self._worker = None
 
 
-def _outcome(reply: Reply, *, state_reset: bool) -> ExecuteOutcome:
+def result_budget(policy: Policy) -> int:
+    """Bytes a cell's rich results may take: the policy's figure, within what a reply leaves
+    beside both streams at their cap."""
+    output = policy.output
+    room = output.max_reply_bytes - 2 * output.max_stream_bytes - REPLY_ENVELOPE_BYTES
+    return max(min(output.max_result_bytes, room), 1)
+
+
+def _outcome(reply: Reply, policy: Policy, *, state_reset: bool) -> ExecuteOutcome:
     if not reply.ok:
         raise ProtocolViolation(f"worker refused execute: {reply.error_message}")
     data = payload(reply, ExecuteReply)
-    return ExecuteOutcome(**data.model_dump(exclude={"interrupted"}), state_reset=state_reset)
+    used = sum(bundle_size(bundle) for bundle in data.results)
+    if used > result_budget(policy):
+        raise ProtocolViolation(f"rich results of {used} bytes, over the worker's budget")
+    fields = data.model_dump(exclude={"interrupted", "results_dropped"})
+    return ExecuteOutcome(**fields, state_reset=state_reset)
 
 
 def _timed_out_fields(*, state_reset: bool) -> dict[str, Any]:

@@ -7,18 +7,23 @@ file and process helpers' replies are decoded by ``untrusted_json`` too.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import ERROR_TYPES
 
 __all__ = [
+    "BINARY_MIME_TYPES",
     "MAX_COUNT",
     "MAX_INT_DIGITS",
+    "MAX_RESULTS",
+    "MIME_TYPES",
     "PROTOCOL_VERSION",
     "WORKER_ERROR_TYPES",
     "ExecuteReply",
@@ -118,6 +123,61 @@ class Reply(_Frame):
     raw: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
 
+# What a rich result may carry (worker/display.py makes them); binary types travel as base64.
+MIME_TYPES: Final = (
+    "text/plain",
+    "text/html",
+    "text/markdown",
+    "image/svg+xml",
+    "image/png",
+    "image/jpeg",
+    "text/latex",
+    "application/json",
+)
+BINARY_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg"})
+RESULT_FLAGS: Final = frozenset({"is_main_result", "truncated"})
+MAX_RESULTS: Final = 100
+
+
+def checked_bundle(value: Any) -> dict[str, Any]:
+    """One rich result from a worker, refused unless it is exactly what a bundle may hold."""
+    if not isinstance(value, dict):
+        raise ValueError("a result is not an object")
+    unknown = value.keys() - set(MIME_TYPES) - RESULT_FLAGS
+    if unknown:
+        raise ValueError(f"a result names unknown fields {sorted(unknown)[:4]}")
+    if not isinstance(value.get("text/plain"), str):
+        raise ValueError("a result has no text/plain")
+    for flag in RESULT_FLAGS & value.keys():
+        if type(value[flag]) is not bool:
+            raise ValueError(f"a result's {flag} is not a boolean")
+    for mime in set(MIME_TYPES) & value.keys():
+        data = value[mime]
+        if mime == "application/json":
+            if not isinstance(data, dict | list):
+                raise ValueError("a result's application/json is not an object or array")
+        elif not isinstance(data, str):
+            raise ValueError(f"a result's {mime} is not a string")
+        elif mime in BINARY_MIME_TYPES:
+            try:
+                base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"a result's {mime} is not base64") from None
+    return value
+
+
+def bundle_size(bundle: dict[str, Any]) -> int:
+    """Bytes a bundle's representations take, as the worker's budget counts them."""
+    return sum(
+        len(json.dumps(data)) if not isinstance(data, str) else len(data.encode("utf-8", "replace"))
+        for mime, data in bundle.items()
+        if mime not in RESULT_FLAGS
+    )
+
+
+Bundle = Annotated[dict[str, Any], AfterValidator(checked_bundle)]
+
+
 class ExecuteReply(_Frame):
     success: bool
     stdout: str = ""
@@ -125,6 +185,8 @@ class ExecuteReply(_Frame):
     stdout_bytes: Count = 0
     stderr_bytes: Count = 0
     result_repr: str | None = None
+    results: list[Bundle] = Field(default_factory=list, max_length=MAX_RESULTS)
+    results_dropped: Count = 0
     error_type: str | None = Field(default=None, max_length=128)
     error_message: str | None = None
     traceback: str | None = None
