@@ -180,7 +180,8 @@ class Backend(Protocol):
         ...
 
     async def stats(self, container_id: str) -> dict[str, float]:
-        """``memory_bytes``, ``memory_limit_bytes`` and ``pids`` of a running container."""
+        """``memory_bytes``, ``memory_limit_bytes``, ``pids`` and ``cpu_seconds`` (CPU time used
+        since the container started) of a running container."""
         ...
 
     async def oom_kills(self, container_id: str, *, since: float, until: float) -> int:

@@ -76,6 +76,8 @@ class FakeContainer:
     # Wall-clock times of OOM kills, for ``oom_kills``; a test appends to it.
     oom_times: list[float] = field(default_factory=list)
     memory_bytes: int = 0
+    # CPU time the container has used, for ``stats``; a test sets it.
+    cpu_seconds: float = 0.0
     pids: Iterator[int] = field(default_factory=lambda: itertools.count(FIRST_PID))
 
 
@@ -340,13 +342,14 @@ class FakeBackend:
     async def stats(self, container_id: str) -> dict[str, float]:
         container = self._known(container_id)
         if container.status not in ("running", "paused"):
-            return {"memory_bytes": 0.0, "memory_limit_bytes": 0.0, "pids": 0.0}
+            return {"memory_bytes": 0.0, "memory_limit_bytes": 0.0, "pids": 0.0, "cpu_seconds": 0.0}
         limit = container.spec.policy.resources.memory_mb * MIB if container.spec else 0
         pids = 1 + sum(1 for p in self._processes_of(container) if p.running)
         return {
             "memory_bytes": float(container.memory_bytes),
             "memory_limit_bytes": float(limit),
             "pids": float(pids),
+            "cpu_seconds": container.cpu_seconds,
         }
 
     async def oom_kills(self, container_id: str, *, since: float, until: float) -> int:

@@ -273,7 +273,7 @@ async def test_stats_give_the_policys_memory_limit_and_no_oom_kill(target: Targe
     container_id, spec = await target.container()
     stats = await target.backend.stats(container_id)
     assert stats["memory_limit_bytes"] == spec.policy.resources.memory_mb * MIB
-    assert stats["memory_bytes"] >= 0 and stats["pids"] >= 0
+    assert stats["memory_bytes"] >= 0 and stats["pids"] >= 0 and stats["cpu_seconds"] >= 0
     now = time.time()
     assert await target.backend.oom_kills(container_id, since=now - 60, until=now + 1) == 0
 

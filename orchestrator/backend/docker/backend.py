@@ -225,10 +225,12 @@ class DockerBackend:
         )
         memory = raw.get("memory_stats") or {}
         pids = raw.get("pids_stats") or {}
+        cpu = (raw.get("cpu_stats") or {}).get("cpu_usage") or {}
         return {
             "memory_bytes": float(memory.get("usage", 0)),
             "memory_limit_bytes": float(memory.get("limit", 0)),
             "pids": float(pids.get("current", 0)),
+            "cpu_seconds": float(cpu.get("total_usage", 0)) / 1e9,
         }
 
     async def aclose(self) -> None:
