@@ -10,6 +10,7 @@ the parts live beside it:
 - ``orchestrator.audit_writer``: the blocking writer (segments, rotation, torn tails) and
   ``AuditConfig``.
 - ``orchestrator.audit_verify``: the streaming verifier.
+- ``orchestrator.audit.recent``: the last records written, per tenant, for the operations page.
 
 Invariants:
 - One writer per directory: a ``flock`` on ``.lock`` keeps a second process out, and a thread
@@ -38,6 +39,7 @@ from typing import Any, Final, Literal
 
 import anyio
 
+from orchestrator.audit.recent import RecentRecords
 from orchestrator.audit.records import (
     FORMAT_VERSION,
     GENESIS_HASH,
@@ -110,6 +112,8 @@ class AuditLog:
         self._closed = False
         #: What a crash left at the end of the log when it was opened (recorded, never repaired).
         self.torn_tail = torn_tail
+        #: The last records this process wrote, per tenant (``audit.recent``).
+        self.recent = RecentRecords()
 
     @classmethod
     async def open(
@@ -202,7 +206,7 @@ class AuditLog:
         with self._lock:
             if self._closed:
                 raise AuditLogError("the audit log is closed")
-            self._writer.append_call(**call)
+            self.recent.add(self._writer.append_call(**call))
 
     async def aclose(self) -> None:
         """Flush and close; idempotent."""

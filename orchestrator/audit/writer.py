@@ -156,30 +156,37 @@ class SegmentWriter:
         self.tip = (record["seq"], record["hash"])
         self.has_calls = record.get("kind") != "segment"
 
-    def append_call(self, *, arguments: Any, **call: Any) -> None:
+    def append_call(self, *, arguments: Any, **call: Any) -> dict[str, Any]:
+        """Append one call record; returns the record written (without its hash)."""
         if self.failed is not None:
             raise AuditLogError("the audit log stopped after a failed write; reopen it")
         try:
-            self._append_call(arguments, call)
+            return self._append_call(arguments, call)
         except OSError as exc:
             self.failed = exc
             raise AuditLogError(f"cannot write the audit log: {exc}") from exc
 
-    def _append_call(self, arguments: Any, call: dict[str, Any]) -> None:
+    def _append_call(self, arguments: Any, call: dict[str, Any]) -> dict[str, Any]:
         canonical = canonical_arguments(arguments)
         fields = {"kind": "call", **call}
         fields["args_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
         if self.config.record_arguments:
             fields["arguments"] = json.loads(canonical)
-        line = self._encode(fields)
+        record = self._record(fields)
+        line = encode_record(record)
         if self.has_calls and self.size + len(line[0]) > self.config.max_segment_bytes:
             self._start_segment(self.number + 1, {"reason": "rotate"})
-            line = self._encode(fields)
+            record = self._record(fields)
+            line = encode_record(record)
         self._write(*line)
+        return record
+
+    def _record(self, fields: dict[str, Any]) -> dict[str, Any]:
+        base = {"v": FORMAT_VERSION, "seq": self.tip[0] + 1, "time": _now()}
+        return {**base, **fields, "prev": self.tip[1]}
 
     def _encode(self, fields: dict[str, Any]) -> tuple[bytes, str]:
-        base = {"v": FORMAT_VERSION, "seq": self.tip[0] + 1, "time": _now()}
-        return encode_record({**base, **fields, "prev": self.tip[1]})
+        return encode_record(self._record(fields))
 
     def _start_segment(self, number: int, header: dict[str, Any], *, reuse: bool = False) -> None:
         self.close()
