@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import secrets
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -29,6 +30,7 @@ from orchestrator._core.lifecycle import (
     reap_interval,
     should_pause,
 )
+from orchestrator._core.limits import MAX_POOL_SIZE
 from orchestrator._core.metrics import (
     Metrics,
     SessionView,
@@ -41,6 +43,7 @@ from orchestrator._core.readiness import OK, UNCHECKED, readiness
 from orchestrator._core.reconciler import Reconciler
 from orchestrator._core.session_table import SessionTable
 from orchestrator._core.tenants import TenantConfig
+from orchestrator._core.usage import UsageSampler, session_row, session_state
 from orchestrator.audit._log import AuditLog
 from orchestrator.backend.base import Backend, ContainerSpec
 from orchestrator.errors import (
@@ -64,7 +67,6 @@ log = logging.getLogger(__name__)
 
 # Pooled sessions carry this tenant label: labels are fixed at creation, owners come later.
 POOL_TENANT = "pool"
-MAX_POOL_SIZE = 256
 
 # Teardown of one session is a SIGKILL and a container removal; a whole shutdown gets this long.
 SHUTDOWN_TIMEOUT = 60.0
@@ -105,6 +107,9 @@ class SessionManager:
         # Made in start(): a cancel scope belongs to an event loop, and this may run outside one.
         self._reaper: anyio.CancelScope | None = None
         self.last_reconcile = ReconcileReport()
+        self._usage = UsageSampler(
+            self.backend, lambda: {s.id: s.container_id for s in self._sessions.values()}
+        )
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -224,7 +229,7 @@ class SessionManager:
     def _session_views(self) -> list[SessionView]:
         return [
             SessionView(
-                state="paused" if s.paused else "busy" if s.busy else "idle",
+                state=session_state(s),
                 tenant=s.tenant,
                 policy=s.policy.name,
             )
@@ -453,6 +458,23 @@ class SessionManager:
             }
             for s in self._table.visible(tenant or self.config.tenant)
         ]
+
+    def session_overview(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The caller's sessions for the operations page, with CPU and memory as last sampled
+        (``usage``); asking keeps the sampling going. Touches no session."""
+        if self._task_group is not None:
+            self._usage.watch(self._task_group)
+        now = datetime.now(UTC)
+        visible = self._table.visible(tenant or self.config.tenant)
+        return [session_row(s, self._usage.usage(s.id), now) for s in visible]
+
+    def capacity(self) -> dict[str, int]:
+        """Sessions held (every tenant's), being made, and the most this orchestrator holds."""
+        return {
+            "sessions": len(self._sessions),
+            "starting": len(self._admission),
+            "max_sessions": self.config.max_sessions,
+        }
 
     # -- owners ---------------------------------------------------------------------------
 
