@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator._core.tenants import TenantConfig, data_dir
+from orchestrator._core.data_dir import data_dir
+from orchestrator._core.limits import DEFAULT_MAX_SESSIONS
+from orchestrator._core.tenants import TenantConfig
 from orchestrator.audit._log import AuditConfig
 from orchestrator.errors import InvalidArgumentError
 
@@ -25,7 +27,7 @@ class OrchestratorConfig:
     tenant: str = "local"
     extra_labels: dict[str, str] = field(default_factory=dict)
     busy_timeout: float = 30.0
-    max_sessions: int = 100
+    max_sessions: int = DEFAULT_MAX_SESSIONS
     # Upper bound on how often idle and lifetime limits are checked (seconds).
     reap_interval: float = 30.0
     # Warm pools to keep from the start: policy name -> ready sessions.

@@ -22,6 +22,7 @@ from typing import Any
 
 import pydantic
 
+from orchestrator._core.data_dir import TENANTS_FILE
 from orchestrator._core.tenants import (
     TenantConfig,
     TenantQuotas,
@@ -42,7 +43,6 @@ __all__ = [
     "rotate_key",
 ]
 
-TENANTS_FILE = "tenants.toml"
 HEADER = (
     "# Tenants of sandhold serve, written by `sandhold tenant`; each key is kept as its sha256.\n"
 )

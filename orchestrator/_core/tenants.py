@@ -28,13 +28,14 @@ import os
 import secrets
 import stat
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from orchestrator._core.data_dir import data_dir as data_dir  # re-exported: the callers' old home
 from orchestrator.errors import TenantsFileError
 from orchestrator.policy._validation import first_problem
 
@@ -149,36 +150,6 @@ def load_tenants_file(path: Path) -> TenantsFile:
         return TenantsFile.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise TenantsFileError(str(path), *first_problem(exc)) from None
-
-
-def data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$SANDHOLD_DATA_DIR``, else ``$XDG_DATA_HOME/sandhold``, else
-    ``~/.local/share/sandhold``."""
-    env = os.environ if environ is None else environ
-    if env.get("SANDHOLD_DATA_DIR"):
-        return Path(env["SANDHOLD_DATA_DIR"])
-    if env.get("XDG_DATA_HOME"):
-        return Path(env["XDG_DATA_HOME"]) / "sandhold"
-    return Path.home() / ".local" / "share" / "sandhold"
-
-
-# The data directory's name before the project was renamed; moved once, so an upgrade keeps the
-# registry (and with it the orchestrator id its containers carry), the local key and the tenants.
-LEGACY_DATA_DIR_NAME = "s" + "bx"
-
-
-def migrate_legacy_data_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """Move ``<data home>/sandhold`` to the current data directory when only the old one exists;
-    returns where it now is, or None when there was nothing to move (or a directory is set)."""
-    env = os.environ if environ is None else environ
-    if env.get("SANDHOLD_DATA_DIR"):
-        return None
-    current = data_dir(env)
-    legacy = current.parent / LEGACY_DATA_DIR_NAME
-    if current.exists() or not legacy.is_dir():
-        return None
-    os.rename(legacy, current)
-    return current
 
 
 def local_key(directory: Path) -> tuple[str, bool]:

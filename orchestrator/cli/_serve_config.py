@@ -32,7 +32,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator._core.config import OrchestratorConfig
-from orchestrator._core.manager import MAX_POOL_SIZE
+from orchestrator._core.limits import MAX_POOL_SIZE
 from orchestrator.errors import ConfigFileError, InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig
 from orchestrator.policy._validation import first_problem

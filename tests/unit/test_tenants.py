@@ -238,7 +238,7 @@ def test_an_unknown_quota_is_reported_as_an_unknown_key(tmp_path: Path) -> None:
 
 
 def test_the_data_directory_of_the_old_name_is_moved_once_and_kept(tmp_path: Path) -> None:
-    from orchestrator._core.tenants import LEGACY_DATA_DIR_NAME, migrate_legacy_data_dir
+    from orchestrator._core.data_dir import LEGACY_DATA_DIR_NAME, migrate_legacy_data_dir
 
     legacy = tmp_path / LEGACY_DATA_DIR_NAME
     legacy.mkdir()
