@@ -1,8 +1,9 @@
-"""The HTTP API: REST over the tool layer, an OpenAPI document, API keys, and terminal output
-as server-sent events. No logic of its own: every route is one ``Orchestrator.call``.
+"""The HTTP API: REST over the tool layer, an OpenAPI document, API keys, terminal output as
+server-sent events, and an operations page. No logic of its own: every ``/v1`` route is one
+``Orchestrator.call``, but for the operations routes, which read the orchestrator's state.
 
-Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, ``/readyz``, and
-``/.well-known/*``, which answers 404: there is no OAuth discovery to find):
+Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, ``/readyz``, the ``/ui``
+page's files, and ``/.well-known/*``, which answers 404: there is no OAuth discovery to find):
 
     GET    /healthz                              liveness
     GET    /readyz                               readiness: engine, image, registry (no key)
@@ -18,6 +19,10 @@ Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, ``/readyz`
     GET    /v1/processes?session_id=             process list
     GET    /v1/terminals/{terminal_id}?since_offset=   terminal read
     GET    /v1/terminals/{terminal_id}/events?since_offset=   terminal wait, as SSE
+    GET    /v1/ops/sessions                      the tenant's sessions, with CPU and memory
+    GET    /v1/ops/pools                         warm pools, sessions held, the maximum
+    GET    /v1/ops/audit?limit=                  the tenant's latest audit records
+    GET    /ui                                   the operations page (``_ui``; no key to load)
     *      /mcp                                  MCP streamable HTTP (when mcp_server is there)
 
 The server (``HttpServer``) holds connections within ``HttpLimitsConfig``: header and

@@ -26,9 +26,10 @@ from orchestrator.http._disconnect import CancelOnDisconnect
 from orchestrator.http._events import first_read, terminal_events
 from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
-from orchestrator.http._ops import OpsRoutes
-from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
+from orchestrator.http._ops import OPS_AUDIT_PATH, OPS_POOLS_PATH, OPS_SESSIONS_PATH, OpsRoutes
+from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, TASK_HEADER, RestRoute
 from orchestrator.http._streams import StreamLimit, is_stream
+from orchestrator.http._ui import ui_routes
 from orchestrator.mcp_server.server import current_http_request, streamable_http_app
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-# The task scope a call runs for, within the tenant its API key names (optional).
-TASK_HEADER = "x-sandhold-task"
 # The id of the call a REST answer is for: the one in its audit record and the server's log.
 CALL_ID_HEADER = "x-sandhold-call-id"
 
@@ -228,6 +227,10 @@ def build_app(
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/metrics", ops.metrics, methods=["GET"]),
         Route("/readyz", ops.readyz, methods=["GET"]),
+        Route(OPS_SESSIONS_PATH, ops.sessions, methods=["GET"]),
+        Route(OPS_POOLS_PATH, ops.pools, methods=["GET"]),
+        Route(OPS_AUDIT_PATH, ops.audit, methods=["GET"]),
+        *ui_routes(),
         *(Route(r.path, api.rest(r), methods=[r.method]) for r in REST_ROUTES),
         Route(EVENTS_PATH, api.events, methods=["GET"]),
         Route("/v1/{tool}", api.tool, methods=["POST"]),

@@ -1,6 +1,7 @@
 """API keys on every request: ``Authorization: Bearer <key>`` names the tenant, or the request is
-answered 401 before it reaches any route. ``/healthz``, ``/readyz`` and discovery under
-``/.well-known/`` need no key: a load balancer's probe carries none, and MCP clients probe
+answered 401 before it reaches any route. ``/healthz``, ``/readyz``, the files of the ``/ui``
+page (it asks for a key itself) and discovery under ``/.well-known/`` need no key: a load
+balancer's probe carries none, a browser opening a page sends no header, and MCP clients probe
 ``/.well-known/oauth-*`` before connecting, where a 404 tells them there is no OAuth here (a 401
 made them report a failed discovery).
 
@@ -41,11 +42,13 @@ from orchestrator._core.tenants import TenantKeys, hash_key
 from orchestrator.audit._log import AuditLog
 from orchestrator.errors import OrchestratorError
 from orchestrator.http._limits import AUTH_FAILURES_PER_MINUTE, MAX_TRACKED_CLIENTS, Budgets
+from orchestrator.http._ui import UI_PATHS
 
 log = logging.getLogger(__name__)
 
 TENANT_SCOPE_KEY: Final = "sandhold.tenant"
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
+# The operations page's files are public too: they hold no data and no key (``_ui``).
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", *UI_PATHS})
 # Discovery documents (RFC 8615): none exists here, and saying so needs no key.
 PUBLIC_PREFIX: Final = "/.well-known/"
 MCP_PATH: Final = "/mcp"

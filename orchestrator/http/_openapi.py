@@ -6,6 +6,13 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
+from orchestrator.http._ops import (
+    DEFAULT_AUDIT_LIMIT,
+    MAX_AUDIT_LIMIT,
+    OPS_AUDIT_PATH,
+    OPS_POOLS_PATH,
+    OPS_SESSIONS_PATH,
+)
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, RestRoute
 from orchestrator.tools import TOOLS, Operation, Tool
 
@@ -145,6 +152,165 @@ def _events_operation() -> dict[str, Any]:
     }
 
 
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+OPS_SCHEMAS: dict[str, Any] = {
+    "OpsSession": {
+        "type": "object",
+        "required": ["session_id", "tenant", "task", "policy", "state", "age_s"],
+        "properties": {
+            "session_id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "task": _NULLABLE_STRING,
+            "policy": {"type": "string"},
+            "state": {"enum": ["idle", "busy", "paused"]},
+            "created_at": {"type": "string"},
+            "age_s": {"type": "number"},
+            "idle_s": {"type": "number"},
+            "cpu_percent": {
+                **_NULLABLE_NUMBER,
+                "description": "Percent of one CPU between the last two samples (null before "
+                "the second).",
+            },
+            "memory_mb": _NULLABLE_NUMBER,
+            "memory_limit_mb": _NULLABLE_NUMBER,
+            "sampled_at": {
+                **_NULLABLE_STRING,
+                "description": "When the figures were sampled (null: not yet).",
+            },
+        },
+    },
+    "OpsSessions": {
+        "type": "object",
+        "required": ["success", "tenant", "count", "sessions"],
+        "properties": {
+            "success": {"const": True},
+            "tenant": {"type": "string"},
+            "task": _NULLABLE_STRING,
+            "count": {"type": "integer"},
+            "sessions": {"type": "array", "items": {"$ref": "#/components/schemas/OpsSession"}},
+        },
+    },
+    "OpsPools": {
+        "type": "object",
+        "required": ["success", "sessions", "starting", "max_sessions", "pools"],
+        "properties": {
+            "success": {"const": True},
+            "sessions": {"type": "integer", "description": "Sessions held, every tenant's."},
+            "starting": {"type": "integer", "description": "Sessions being made."},
+            "max_sessions": {"type": "integer"},
+            "pools": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["policy", "size", "ready"],
+                    "properties": {
+                        "policy": {"type": "string"},
+                        "size": {"type": "integer"},
+                        "ready": {"type": "integer"},
+                    },
+                },
+            },
+        },
+    },
+    "OpsAuditEvent": {
+        "type": "object",
+        "required": ["seq", "time", "tenant", "tool", "outcome"],
+        "properties": {
+            "seq": {"type": "integer"},
+            "time": {"type": "string"},
+            "tenant": {"type": "string"},
+            "task": _NULLABLE_STRING,
+            "tool": {"type": "string"},
+            "operation": _NULLABLE_STRING,
+            "session_id": _NULLABLE_STRING,
+            "outcome": {"enum": ["ok", "failed", "cancelled"]},
+            "error_type": _NULLABLE_STRING,
+            "duration_ms": {"type": "number"},
+            "call_id": _NULLABLE_STRING,
+        },
+    },
+    "OpsAudit": {
+        "type": "object",
+        "required": ["success", "enabled", "count", "events"],
+        "properties": {
+            "success": {"const": True},
+            "enabled": {"type": "boolean", "description": "Whether the server keeps a log."},
+            "count": {"type": "integer"},
+            "events": {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/OpsAuditEvent"},
+            },
+        },
+    },
+}
+# The failures an operations route can answer: it reads the server's own state, no engine.
+OPS_FAILURES = ("400", "401", "429", "500")
+
+
+def _ops_operation(
+    operation_id: str, summary: str, description: str, schema: str
+) -> dict[str, Any]:
+    json_result = {"application/json": {"schema": RESULT_REF}}
+    responses: dict[str, Any] = {
+        "200": {
+            "description": "The answer",
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
+    for status in OPS_FAILURES:
+        description_of = FAILURES[status] if status != "400" else "invalid_argument"
+        responses[status] = {"description": description_of, "content": json_result}
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        "description": description,
+        "tags": ["operations"],
+        "responses": responses,
+    }
+
+
+def _ops_paths() -> dict[str, Any]:
+    audit = _ops_operation(
+        "ops_audit",
+        "The key's tenant's latest audit records",
+        "Newest first: what this server recorded since it started (none when it keeps no "
+        "audit log: `enabled` false). Arguments and what workers claimed are left out.",
+        "OpsAudit",
+    )
+    audit["parameters"] = [
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "description": f"How many records (default {DEFAULT_AUDIT_LIMIT}).",
+            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT_LIMIT},
+        }
+    ]
+    return {
+        OPS_SESSIONS_PATH: {
+            "get": _ops_operation(
+                "ops_sessions",
+                "The key's tenant's sessions, with CPU and memory",
+                "Owner, policy, state and age of each session; CPU and memory as last sampled "
+                "from the engine (sampling runs while this is asked for; null until then). "
+                "Touches no session.",
+                "OpsSessions",
+            )
+        },
+        OPS_POOLS_PATH: {
+            "get": _ops_operation(
+                "ops_pools",
+                "Warm pools and how many sessions the server holds",
+                "Each warm pool's policy, size and ready sessions, and the server's sessions "
+                "(every tenant's, as a count) against its maximum.",
+                "OpsPools",
+            )
+        },
+        OPS_AUDIT_PATH: {"get": audit},
+    }
+
+
 def _tool_operation(tool: Tool) -> dict[str, Any]:
     operations = "\n".join(f"- `{o.name}`: {o.description}" for o in tool.operations.values())
     return {
@@ -210,13 +376,14 @@ def openapi_document() -> dict[str, Any]:
     for route in REST_ROUTES:
         paths.setdefault(route.path, {})[route.method.lower()] = _rest_operation(route)
     paths[EVENTS_PATH] = {"get": _events_operation()}
+    paths |= _ops_paths()
     for tool in TOOLS.values():
         paths[f"/v1/{tool.name}"] = {"post": _tool_operation(tool)}
     for path, methods in paths.items():
         if path.startswith("/v1/"):
             for operation in methods.values():
                 operation.setdefault("parameters", []).append(TASK_PARAMETER_REF)
-    schemas: dict[str, Any] = {"ToolResult": TOOL_RESULT_SCHEMA}
+    schemas: dict[str, Any] = {"ToolResult": TOOL_RESULT_SCHEMA, **OPS_SCHEMAS}
     schemas |= {tool.name: tool_request_schema(tool) for tool in TOOLS.values()}
     return {
         "openapi": "3.1.0",

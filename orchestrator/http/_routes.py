@@ -12,6 +12,9 @@ from typing import Any
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.tools import TOOLS, Operation
 
+# The task scope a call runs for, within the tenant its API key names (optional).
+TASK_HEADER = "x-sandhold-task"
+
 # A query value that looks like an integer is passed as one to an integer argument; anything
 # else is passed as the string it is, and the tool refuses it like any other wrong type. ASCII
 # digits only (``str.isdigit`` and ``int`` take "²" and "١٢" too), and no more of them than any
