@@ -234,13 +234,19 @@ class LineBuffer:
     def __init__(self, max_line: int) -> None:
         self._max_line = max_line
         self._pending = bytearray()
+        # How much of the pending line is known to hold no newline: a line of many MiB arrives
+        # in 32 KiB chunks, and searching it whole for each would cost quadratic time.
+        self._scanned = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         self._pending += data
         lines = []
-        while (end := self._pending.find(b"\n")) >= 0:
+        start = self._scanned
+        while (end := self._pending.find(b"\n", start)) >= 0:
             lines.append(bytes(self._pending[:end]))
             del self._pending[: end + 1]
+            start = 0
+        self._scanned = len(self._pending)
         if len(self._pending) > self._max_line or any(len(x) > self._max_line for x in lines):
             raise ProtocolViolation(f"a frame is longer than {self._max_line} bytes")
         return lines
