@@ -1,6 +1,7 @@
 """One run of an in-container helper (``worker/fileops.py``, ``worker/procs.py``): one JSON
 request on its stdin, one JSON reply on its stdout: ``{"ok": true, ...}`` or ``{"ok": false,
-"error_type", "error_message", ...}``.
+"error_type", "error_message", ...}``. A served helper (``served_helper``) answers many requests
+over one stream; its replies are judged here too (``reply_payload``), by the same rules.
 
 Invariants: the request is written while the reply is read, so neither side can block the other;
 stdout is bounded, stderr keeps only its tail (for diagnostics); the whole run is bounded by its
@@ -35,7 +36,15 @@ from orchestrator.errors import (
 )
 from orchestrator.session.repl.protocol import untrusted_json
 
-__all__ = ["Helper", "HelperFailure", "Refusal", "call_helper", "parse_reply"]
+__all__ = [
+    "Helper",
+    "HelperFailure",
+    "Refusal",
+    "call_helper",
+    "parse_reply",
+    "reply_payload",
+    "stderr_hint",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -158,10 +167,20 @@ def _payload(helper: Helper, op: str, stdout: bytes, stderr: bytes) -> dict[str,
     try:
         reply = untrusted_json(stdout)
     except ValueError:
-        tail = stderr.decode("utf-8", "replace").strip()[-STDERR_SHOWN_CHARS:]
         raise BackendError(
-            f"the {helper.name} sent no valid reply to {op}", hint=tail or None
+            f"the {helper.name} sent no valid reply to {op}", hint=stderr_hint(stderr)
         ) from None
+    return reply_payload(helper, op, reply)
+
+
+def stderr_hint(stderr: bytes) -> str | None:
+    """What of a helper's stderr tail goes into an error about its reply."""
+    return stderr.decode("utf-8", "replace").strip()[-STDERR_SHOWN_CHARS:] or None
+
+
+def reply_payload(helper: Helper, op: str, reply: Any) -> dict[str, Any]:
+    """The payload of a decoded reply ``{"ok": true, ...}``, or the error its ``{"ok": false}``
+    stands for (a ``BackendError`` unless it is one of the helper's refusals)."""
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         raise BackendError(f"the {helper.name}'s {op} reply has no ok flag")
     if reply.pop("ok"):
