@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator._core.call_context import CallContext, call_scope, new_call_id
@@ -44,15 +45,24 @@ class Orchestrator(PythonReplManager):
         tenant: str | None = None,
         task: Any = None,
         call_id: str | None = None,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
     ) -> ToolResult:
         """One tool call as every interface makes it: ``{operation, ...}`` in, a result out, for
         ``tenant`` and optionally one ``task`` of it. Every call, refused ones included, goes
         into the audit log when one is kept; a call cancelled before its answer (its code may
         well have run) as ``cancelled``. ``call_id`` (default: a new one, ``new_call_id``)
-        names the call in its audit record and in what is logged while it runs."""
+        names the call in its audit record and in what is logged while it runs.
+
+        ``on_stdout`` and ``on_stderr`` get the code's output as it comes, while the call runs
+        (``python_repl`` ``execute``); the result still holds all of it. They are called from
+        the call's task between reads of the stream: keep them quick."""
         started = time.perf_counter()
         context = CallContext(
-            call_id or new_call_id(), tenant or self.config.tenant, _session_argument(arguments)
+            call_id or new_call_id(),
+            tenant or self.config.tenant,
+            _session_argument(arguments),
+            on_output=_output_listener(on_stdout, on_stderr),
         )
         with call_scope(context):
             return await self._call(tool, arguments, tenant, task, context, started)
@@ -151,3 +161,18 @@ class Orchestrator(PythonReplManager):
             log.error(
                 "audit log could not record %s.%s: %s", tool, structured.get("operation"), exc
             )
+
+
+def _output_listener(
+    on_stdout: Callable[[str], None] | None, on_stderr: Callable[[str], None] | None
+) -> Callable[[str, str], None] | None:
+    if on_stdout is None and on_stderr is None:
+        return None
+    targets = {"stdout": on_stdout, "stderr": on_stderr}
+
+    def listener(name: str, text: str) -> None:
+        target = targets[name]
+        if target is not None:
+            target(text)
+
+    return listener

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final
@@ -26,6 +26,9 @@ class CallContext:
     call_id: str
     tenant: str
     session_id: str | None = None
+    # Where output goes as it comes, for the operations that stream (python_repl execute):
+    # ("stdout" or "stderr", text). Quick and non-blocking: it is called as frames are read.
+    on_output: Callable[[str, str], None] | None = None
 
 
 _current: ContextVar[CallContext | None] = ContextVar("sandhold_call", default=None)

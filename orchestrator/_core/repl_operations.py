@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator._core.call_context import current_call
 from orchestrator._core.manager import SessionManager
 from orchestrator.policy.arguments import (
     check_code,
@@ -41,14 +42,20 @@ class PythonReplManager(SessionManager):
         timeout_s: Any = None,
         policy: str | None = None,
         tenant: str | None = None,
+        env: Any = None,
     ) -> ExecuteResult:
+        """Run ``code`` in the session (a new one without ``session_id``); ``env`` holds
+        environment variables for this cell only."""
         check_code(code)
         if session_id is None:
             check_timeout(timeout_s, self.policy(check_policy_name(policy)))
         session, created = await self.open_session(session_id, policy=policy, tenant=tenant)
         timeout = check_timeout(timeout_s, session.policy)
+        call = current_call()
         async with self._turn(session):
-            outcome = await session.repl.execute(code, timeout=timeout)
+            outcome = await session.repl.execute(
+                code, timeout=timeout, env=env, on_output=call.on_output if call else None
+            )
         if session.repl.container_stopped:
             await self.end_session(session, f"its container stopped: {outcome.error_message}")
         output = outcome.stdout + outcome.stderr

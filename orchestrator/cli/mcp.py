@@ -164,12 +164,10 @@ class _Starting:
         self._stopped = anyio.Event()
         self._orchestrator: Orchestrator | None = None
 
-    async def call(
-        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
-    ) -> ToolResult:
+    async def call(self, tool: Any, arguments: Any, **options: Any) -> ToolResult:
         await self._ready.wait()
         assert self._orchestrator is not None
-        return await self._orchestrator.call(tool, arguments, tenant=tenant, task=task)
+        return await self._orchestrator.call(tool, arguments, **options)
 
     def started(self, orchestrator: Orchestrator) -> None:
         self._orchestrator = orchestrator

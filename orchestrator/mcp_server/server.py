@@ -66,6 +66,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from orchestrator.mcp_server.handshake import INSTRUCTIONS, SERVER_NAME, EarlyAnswer, server_version
+from orchestrator.mcp_server.output_relay import OutputRelay
 from orchestrator.tools import TOOLS, Tool
 
 if TYPE_CHECKING:
@@ -100,7 +101,14 @@ class ToolCaller(Protocol):
     that waits for an orchestrator still starting (it answers ``initialize`` before that)."""
 
     async def call(
-        self, tool: Any, arguments: Any, *, tenant: str | None = None, task: Any = None
+        self,
+        tool: Any,
+        arguments: Any,
+        *,
+        tenant: str | None = None,
+        task: Any = None,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
     ) -> ToolResult: ...
 
 
@@ -150,7 +158,16 @@ def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Ser
         )
         # Omitted arguments are an empty object: the tool layer then names the missing operation.
         arguments = params.arguments or {}
-        result = await orchestrator.call(params.name, arguments, tenant=caller, task=task)
+        token = (ctx.meta or {}).get("progress_token")
+        async with OutputRelay.running(ctx.session, ctx.request_id, token) as relay:
+            result = await orchestrator.call(
+                params.name,
+                arguments,
+                tenant=caller,
+                task=task,
+                on_stdout=relay.stdout,
+                on_stderr=relay.stderr,
+            )
         if params.name not in TOOLS:  # called all the same, so the audit log records it
             raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
         return types.CallToolResult(

@@ -22,6 +22,8 @@ import select
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _CHUNK = 1 << 16
@@ -30,6 +32,12 @@ _READS_PER_WAKE = 16
 # finish() reads at most this much: far more than the pipe holds of ours (the drain thread keeps
 # up), and a bound when a background child floods the pipe faster than it can be read.
 _FINISH_READ_LIMIT = 64
+# While a request streams, the drain thread lets output gather this long after a wake-up, so a
+# loop of small prints goes out as a few frames, not one per print.
+_STREAM_GATHER_S = 0.02
+# Where streamed output goes: (0 for stdout, 1 for stderr, the bytes). Called with the lock held,
+# from the drain thread or from finish(); it must not raise.
+Sink = Callable[[int, bytes], None]
 
 
 @dataclass
@@ -39,16 +47,19 @@ class _Buffer:
     kept: int = 0
     dropped: int = 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> bytes:
+        """Keep what fits; returns the part kept."""
         room = self.limit - self.kept
         if room >= len(data):
             self.chunks.append(data)
             self.kept += len(data)
-            return
-        if room > 0:
-            self.chunks.append(data[:room])
-            self.kept += room
-        self.dropped += len(data) - max(room, 0)
+            return data
+        kept = data[: max(room, 0)]
+        if kept:
+            self.chunks.append(kept)
+            self.kept += len(kept)
+        self.dropped += len(data) - len(kept)
+        return kept
 
 
 @dataclass
@@ -70,6 +81,8 @@ class OutputCapture:
         self._null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         self._pipes: list[tuple[int, int]] = [os.pipe(), os.pipe()]  # (read, write), private
         self._buffers: dict[int, _Buffer] | None = None  # read fd -> buffer; None while idle
+        self._stream_of = {read_end: index for index, (read_end, _) in enumerate(self._pipes)}
+        self._sink: Sink | None = None  # the running request's, when it streams
         self._epoll = select.epoll()
         self._ready = select.poll()  # for a zero-timeout look that costs no exception
         for read_end, _write_end in self._pipes:
@@ -78,12 +91,15 @@ class OutputCapture:
             self._ready.register(read_end, select.POLLIN)
         threading.Thread(target=self._drain_forever, name="sandhold-output", daemon=True).start()
 
-    def start(self) -> None:
-        """Point fd 1 and 2 at the pipes; output from now on belongs to this request."""
+    def start(self, sink: Sink | None = None) -> None:
+        """Point fd 1 and 2 at the pipes; output from now on belongs to this request, and with
+        ``sink``, what is kept of it also goes there as it comes (so a stream never carries
+        more than the reply would)."""
         with self._lock:
             for read_end in self._readable():
                 self._read(read_end, None, _FINISH_READ_LIMIT)  # late output of a past request
             self._buffers = {read_end: _Buffer(self._limit) for read_end, _ in self._pipes}
+            self._sink = sink
         for target, (_read_end, write_end) in zip((1, 2), self._pipes, strict=True):
             os.dup2(write_end, target)
 
@@ -93,10 +109,11 @@ class OutputCapture:
         os.dup2(self._null, 1)
         os.dup2(self._null, 2)
         with self._lock:
-            buffers, self._buffers = self._buffers, None
+            buffers = self._buffers
             assert buffers is not None, "finish() without start()"
             for read_end in self._readable():
                 self._read(read_end, buffers[read_end], _FINISH_READ_LIMIT)
+            self._buffers, self._sink = None, None
         out, err = (buffers[read_end] for read_end, _ in self._pipes)
         truncated = bool(out.dropped or err.dropped)
         return CapturedOutput(
@@ -116,7 +133,9 @@ class OutputCapture:
             except BlockingIOError:
                 return
             if buffer is not None:
-                buffer.feed(data)
+                kept = buffer.feed(data)
+                if kept and self._sink is not None:
+                    self._sink(self._stream_of[fd], kept)
             if len(data) < _CHUNK:
                 return
 
@@ -126,7 +145,10 @@ class OutputCapture:
     def _drain_forever(self) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         while True:
-            for fd, _events in self._epoll.poll():
+            ready = self._epoll.poll()
+            if self._sink is not None:
+                time.sleep(_STREAM_GATHER_S)
+            for fd, _events in ready:
                 with self._lock:
                     buffer = None if self._buffers is None else self._buffers.get(fd)
                     self._read(fd, buffer, _READS_PER_WAKE)

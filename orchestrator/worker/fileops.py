@@ -1,9 +1,17 @@
-"""File operations inside the sandbox, for the ``files`` tool: stdlib only, one operation per run.
+"""File operations inside the sandbox, for the ``files`` tool: stdlib only. Two ways to run it:
 
-    python3 -I /opt/sandhold/worker/fileops.py <op>   (request: one JSON object on stdin)
+    python3 -I /opt/sandhold/worker/fileops.py <op>   (one request: one JSON object on stdin)
+    python3 -I /opt/sandhold/worker/fileops.py --serve <max_line_bytes> <idle_s>
 
-It answers one JSON object on stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error_type",
-"error_message"}``. The host confines paths lexically; this half judges what only the container
+Run with an operation, it answers one JSON object on stdout: ``{"ok": true, ...}`` or ``{"ok":
+false, "error_type", "error_message"}``. Served, it is the session's long-lived file helper and
+speaks the REPL worker's framing (``wire.py``): one request per line, ``{"id", "op", ...}``, each
+answered by one line, the same reply with the request's ``id`` (null for a line it could not
+read). It ends at EOF on stdin (its host closed the stream, or went away) and after ``idle_s``
+without a request, so an idle session does not keep it; it never holds the host lease
+(``lease.py``), so it neither keeps an orphaned container alive nor is needed to.
+
+The host confines paths lexically; this half judges what only the container
 can see, symlinks: every path is resolved with ``realpath`` and refused when it leads out of
 /workspace (dangling links and links in parent directories included), final components are opened
 with O_NOFOLLOW, and each opened descriptor is checked again through /proc, so a link swapped in
@@ -21,12 +29,20 @@ import io
 import json
 import os
 import posixpath
+import select
 import stat
 import sys
 from typing import TYPE_CHECKING
 
-# Every run pays for its imports (one exec per operation): tarfile, secrets, base64 and typing
-# would add tens of milliseconds each, so they are left out or imported where needed.
+if __name__ == "__main__" and not __package__:
+    # Run as a script: -I left this folder off sys.path. Import the folder as a package (named
+    # after it), as repl_worker.py does, so the served mode can use wire.py's line reader.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_here))
+    __package__ = os.path.basename(_here)
+
+# A one-shot run pays for its imports (one exec per operation): tarfile, secrets, base64 and
+# typing would add tens of milliseconds each, so they are left out or imported where needed.
 if TYPE_CHECKING:
     import tarfile
     from collections.abc import Callable
@@ -37,6 +53,10 @@ WORKSPACE = "/workspace"
 MAX_LIST_ENTRIES = 2000
 MAX_LINK_TARGET_CHARS = 256
 MAX_MEMBERS = 10_000
+# Request ids are the host's, as in the REPL worker's protocol (wire.MAX_ID_CHARS).
+MAX_ID_CHARS = 64
+# Served mode: a day without a request is not a session at work (the host asks for far less).
+MAX_IDLE_S = 86_400.0
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _INVALID = {
     errno.ENOENT: "no such file or directory",
@@ -434,18 +454,79 @@ def handle(op: str, request: Any) -> dict[str, Any]:
         return failure("internal", f"{where}: {exc.strerror or type(exc).__name__}")
 
 
+def answer(op: str, request: Any) -> dict[str, Any]:
+    """The reply to one request, whatever happens: never a bare traceback."""
+    try:
+        return handle(op, request)
+    except Exception as exc:  # the one boundary: always answer
+        return failure("internal", f"{type(exc).__name__}: {str(exc)[:1000]}")
+
+
+def encode(reply: dict[str, Any]) -> bytes:
+    # json.dumps escapes every control character, so a reply is one line in served mode too.
+    return json.dumps(reply, ensure_ascii=False).encode("utf-8", "replace")
+
+
+def served_reply(line: bytes) -> dict[str, Any]:
+    """The reply to one request line of served mode, tagged with the request's id."""
+    try:
+        raw = json.loads(line)
+    except (ValueError, MemoryError, RecursionError):
+        return {"id": None, **failure("invalid_argument", "the request is not valid JSON")}
+    request_id = raw.get("id") if isinstance(raw, dict) else None
+    if not isinstance(request_id, str) or not 1 <= len(request_id) <= MAX_ID_CHARS:
+        return {"id": None, **failure("invalid_argument", "the request has no valid id")}
+    op = raw.pop("op", "")
+    del raw["id"]
+    return {"id": request_id, **answer(op if isinstance(op, str) else "", raw)}
+
+
+def serve(max_line: int, idle_s: float) -> int:
+    """Answer request lines until EOF or ``idle_s`` without one.
+
+    The host sends a request only once the previous one is answered, so after a line is read
+    the reader's buffer is empty and waiting on the descriptor is waiting for the next request
+    (a line that code in the sandbox writes into our stdin can only delay its own session)."""
+    from .wire import BadRequest, LineReader, write_line
+
+    reader = LineReader(0, max_line)
+    while True:
+        readable, _, _ = select.select([0], [], [], idle_s)
+        if not readable:
+            return 0  # idle: the host starts a fresh helper for its next request
+        try:
+            line = reader.read_line()
+        except BadRequest as exc:
+            write_line(1, encode({"id": None, **failure("invalid_argument", str(exc))}) + b"\n")
+            continue
+        if line is None:
+            return 0
+        if line.strip():
+            write_line(1, encode(served_reply(line)) + b"\n")
+
+
+def serve_arguments(argv: list[str]) -> tuple[int, float] | None:
+    if len(argv) != 4 or argv[1] != "--serve":
+        return None
+    try:
+        max_line, idle_s = int(argv[2]), float(argv[3])
+    except ValueError:
+        return None
+    return (max_line, idle_s) if max_line > 0 and 0 < idle_s <= MAX_IDLE_S else None
+
+
 def main(argv: list[str]) -> int:
+    served = serve_arguments(argv)
+    if served is not None:
+        return serve(*served)
     op = argv[1] if len(argv) == 2 else ""
     try:
         request = json.loads(sys.stdin.buffer.read())
     except (ValueError, MemoryError):
         reply = failure("invalid_argument", "the request is not valid JSON")
     else:
-        try:
-            reply = handle(op, request)
-        except Exception as exc:  # the one boundary: always answer, never a bare traceback
-            reply = failure("internal", f"{type(exc).__name__}: {str(exc)[:1000]}")
-    sys.stdout.buffer.write(json.dumps(reply, ensure_ascii=False).encode("utf-8", "replace"))
+        reply = answer(op, request)
+    sys.stdout.buffer.write(encode(reply))
     sys.stdout.buffer.flush()
     return 0
 

@@ -16,9 +16,12 @@ at a time, each opening with a fresh ready frame; ``relay.py`` joins such a conn
 exec's stream. Only a ``shutdown`` request, or a SIGKILL, ends a persistent worker.
 """
 
+import codecs
+import contextlib
 import os
 import socket
 import sys
+from collections.abc import Iterator
 
 if __name__ == "__main__" and not __package__:
     # Run as a script: -I left this folder off sys.path. Import the folder as a package (named
@@ -35,6 +38,7 @@ from .interrupts import InterruptGate
 from .introspect import inspect_value, list_variables
 from .lease import HostLease
 from .metrics import ResourceMeter
+from .preload import preload
 from .relay import socket_path
 from .wire import BadRequest, LineReader, Request, dump, encode_reply, parse_request, write_line
 
@@ -116,7 +120,10 @@ class Worker:
 
     def _dispatch(self, request: Request) -> Reply:
         if request.op == "execute":
-            return self._execute(request.args["code"])
+            args = request.args
+            sink = StreamSink(self._out, request.id) if args.get("stream") else None
+            with request_env(args.get("env")):
+                return self._execute(args["code"], sink)
         if request.op == "list_variables":
             return list_variables(self.executor.namespace)
         if request.op == "inspect":
@@ -127,9 +134,11 @@ class Worker:
             return {}
         if request.op == "ping":
             return {"pong": True}
+        if request.op == "preload":
+            return preload(request.args["modules"], self.executor.restrictions)
         return {}  # shutdown: the reply is all there is to it
 
-    def _execute(self, code: str) -> Reply:
+    def _execute(self, code: str, sink: "StreamSink | None" = None) -> Reply:
         self.gate.install()
         self.meter.start()
         compiled = self.executor.compile(code)
@@ -138,11 +147,13 @@ class Worker:
         if isinstance(compiled, CellOutcome):
             outcome = compiled
         else:
-            self.capture.start()
+            self.capture.start(sink)
             try:
                 outcome = self.executor.run(compiled, results)
             finally:
                 captured = self.capture.finish()
+                if sink is not None:
+                    sink.close()
         usage = self.meter.stop()
         return {
             "success": outcome.success,
@@ -178,6 +189,55 @@ class Worker:
                 }
             )
         write_line(self._out, line)
+
+
+class StreamSink:
+    """A streaming request's output as ``{"type": "stream", "id", "name", "text"}`` frames on
+    the protocol, before its reply. Fed by the capture (its lock held), so frames never mix
+    with each other or with the reply; text is decoded incrementally, so a character split
+    across two reads arrives whole."""
+
+    _NAMES = ("stdout", "stderr")
+
+    def __init__(self, out: int, request_id: str) -> None:
+        self._out = out
+        self._id = request_id
+        self._decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in self._NAMES]
+        self.broken = False
+
+    def __call__(self, stream: int, data: bytes) -> None:
+        self._send(stream, self._decoders[stream].decode(data))
+
+    def close(self) -> None:
+        for stream, decoder in enumerate(self._decoders):
+            self._send(stream, decoder.decode(b"", final=True))
+
+    def _send(self, stream: int, text: str) -> None:
+        if not text or self.broken:
+            return
+        frame = {"type": "stream", "id": self._id, "name": self._NAMES[stream], "text": text}
+        try:
+            write_line(self._out, dump(frame))
+        except BaseException:  # the host is gone: the reply's write will find out too
+            self.broken = True
+
+
+@contextlib.contextmanager
+def request_env(env: "dict[str, str] | None") -> Iterator[None]:
+    """``env`` in os.environ (so child processes see it) for one request, then as it was."""
+    if not env:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _refusal(exc: BadRequest) -> Reply:

@@ -18,8 +18,12 @@ OPS: dict[str, dict[str, type]] = {
     "inspect": {"name": str},
     "reset": {},
     "ping": {},
+    "preload": {"modules": list},
     "shutdown": {},
 }
+# Arguments an operation may be given besides those: streaming output as it comes, and
+# environment variables for that request only.
+OPTIONAL: dict[str, dict[str, type]] = {"execute": {"stream": bool, "env": dict}}
 # Fields cut (string halved, list shortened) when a reply is too large, most expendable first.
 _SHRINKABLE = (
     "stdout",
@@ -93,14 +97,25 @@ def parse_request(line: bytes) -> Request:
     op = raw.get("op")
     if not isinstance(op, str) or op not in OPS:
         raise BadRequest(f"unknown op {str(op)[:64]!r}; known: {sorted(OPS)}", request_id)
-    schema = OPS[op]
+    required, optional = OPS[op], OPTIONAL.get(op, {})
     args = {key: value for key, value in raw.items() if key not in ("id", "op")}
-    if args.keys() != schema.keys():
-        expected = sorted(schema) or "no arguments"
+    if not required.keys() <= args.keys() <= required.keys() | optional.keys():
+        expected = sorted(required) or "no arguments"
         raise BadRequest(f"op '{op}' takes {expected}, got {sorted(args)[:16]}", request_id)
-    for key, kind in schema.items():
-        if type(args[key]) is not kind:
+    for key, kind in (required | optional).items():
+        if key in args and type(args[key]) is not kind:
             raise BadRequest(f"'{key}' must be a {kind.__name__}", request_id)
+    env = args.get("env")
+    if env is not None and not all(
+        type(name) is str
+        and type(value) is str
+        and name
+        and "=" not in name
+        and "\0" not in name
+        and "\0" not in value
+        for name, value in env.items()
+    ):
+        raise BadRequest("'env' must map names to strings", request_id)
     return Request(request_id, op, args)
 
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -33,6 +33,7 @@ from orchestrator.session.repl.protocol import (
     ExecuteReply,
     InspectReply,
     ListVariablesReply,
+    PreloadReply,
     ProtocolViolation,
     Reply,
     bundle_size,
@@ -40,6 +41,7 @@ from orchestrator.session.repl.protocol import (
 )
 from orchestrator.session.repl.worker_process import (
     WORKER_ARGV,
+    OutputListener,
     WorkerExited,
     WorkerProcess,
     kill_pid,
@@ -62,6 +64,8 @@ WATCH_AFTER = 1.0
 WATCH_INTERVAL = 1.0
 # Introspection replies are small and fast; a worker that needs longer is stuck.
 QUICK_OP_TIMEOUT = 10.0
+# numpy, pandas, matplotlib and scipy import in a few seconds from a cold page cache.
+PRELOAD_TIMEOUT = 120.0
 
 
 class ContainerStopped(Exception):
@@ -199,7 +203,16 @@ class Repl:
         with contextlib.suppress(BackendError):
             await kill_pid(self._backend, self._container_id, pid)
 
-    async def execute(self, code: str, *, timeout: float) -> ExecuteOutcome:
+    async def execute(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> ExecuteOutcome:
+        """Run ``code``; ``env`` is set for this cell only; with ``on_output``, its output also
+        goes there as it comes (bounded by the stream caps: no more than the reply holds)."""
         limit = self._policy.python.max_code_bytes
         if len(code.encode("utf-8", "surrogatepass")) > limit:
             return _validation_failure(f"code is longer than the policy's {limit} bytes")
@@ -207,9 +220,15 @@ class Repl:
         state_reset, self._state_lost = self._state_lost, False
         started = time.time()
         try:
-            request_id = await worker.send("execute", code=code)
+            extra: dict[str, Any] = {}
+            if env:
+                extra["env"] = dict(env)
+            if on_output is not None:
+                extra["stream"] = True
+                on_output = _capped(on_output, self._policy.output.max_stream_bytes)
+            request_id = await worker.send("execute", code=code, **extra)
             try:
-                reply = await self._reply_within(worker, request_id, timeout)
+                reply = await self._reply_within(worker, request_id, timeout, on_output)
             except anyio.get_cancelled_exc_class():
                 # No one will read this answer: end the cell now, as a timeout would.
                 self._state_lost = self._state_lost or state_reset
@@ -231,7 +250,11 @@ class Repl:
             raise
 
     async def _reply_within(
-        self, worker: WorkerProcess, request_id: str, timeout: float
+        self,
+        worker: WorkerProcess,
+        request_id: str,
+        timeout: float,
+        on_output: OutputListener | None = None,
     ) -> Reply | None:
         """The reply, or None at the timeout. A cell still running after ``WATCH_AFTER`` has its
         container watched each ``WATCH_INTERVAL``: a container that stopped (OOM, a fork bomb
@@ -242,7 +265,7 @@ class Repl:
         wait = min(timeout, WATCH_AFTER)
         while True:
             with anyio.move_on_after(wait):
-                return await worker.receive_reply(request_id)
+                return await worker.receive_reply(request_id, on_output)
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return None
@@ -353,12 +376,12 @@ class Repl:
         self._state_lost = True
         await worker.kill()
 
-    async def _quick(self, op: str, **args: Any) -> Reply:
+    async def _quick(self, op: str, *, timeout: float = QUICK_OP_TIMEOUT, **args: Any) -> Reply:
         worker = await self._ensure_worker()
         try:
             request_id = await worker.send(op, **args)
             try:
-                with anyio.fail_after(QUICK_OP_TIMEOUT):
+                with anyio.fail_after(timeout):
                     reply = await worker.receive_reply(request_id)
             except anyio.get_cancelled_exc_class():
                 # An inspect may be in a user __repr__: interrupted, as a cancelled cell is.
@@ -380,6 +403,13 @@ class Repl:
     async def inspect(self, name: str) -> InspectReply:
         return payload(await self._quick("inspect", name=name), InspectReply)
 
+    async def preload(self, modules: Sequence[str]) -> PreloadReply:
+        """Import ``modules`` in the worker before its first cell (a warm pool's sessions), into
+        ``sys.modules`` and no namespace; the worker leaves out what the policy would refuse,
+        and its import check of a cell still applies by name."""
+        reply = await self._quick("preload", timeout=PRELOAD_TIMEOUT, modules=list(modules))
+        return payload(reply, PreloadReply)
+
     async def reset(self) -> None:
         """A fresh worker: nothing of the old interpreter survives, not even imported modules."""
         if self._worker is not None:
@@ -398,6 +428,28 @@ class Repl:
         if self._worker is not None:
             await self._worker.kill()
             self._worker = None
+
+
+def _capped(listener: OutputListener, limit: int) -> OutputListener:
+    """``listener`` for at most ``limit`` characters per stream: the worker streams only what
+    its reply keeps; one that streams more is lying, and the surplus goes nowhere. A listener
+    that raises hears no more of this cell; the cell and its reply go on."""
+    sent = {"stdout": 0, "stderr": 0}
+    failed = False
+
+    def forward(name: str, text: str) -> None:
+        nonlocal failed
+        room = limit - sent[name]
+        if room <= 0 or failed:
+            return
+        sent[name] += min(len(text), room)
+        try:
+            listener(name, text[:room])
+        except Exception:
+            failed = True
+            log.warning("an output listener raised; the rest of the cell's output is not streamed")
+
+    return forward
 
 
 def result_budget(policy: Policy) -> int:

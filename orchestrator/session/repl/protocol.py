@@ -31,9 +31,11 @@ __all__ = [
     "InspectReply",
     "LineBuffer",
     "ListVariablesReply",
+    "PreloadReply",
     "ProtocolViolation",
     "ReadyFrame",
     "Reply",
+    "StreamFrame",
     "decode_frame",
     "encode_request",
     "payload",
@@ -110,6 +112,16 @@ class ReadyFrame(_Frame):
 class FatalFrame(_Frame):
     type: Literal["fatal"]
     error_message: str = Field(max_length=4096)
+
+
+class StreamFrame(_Frame):
+    """Output of a streaming request while it runs; the reply still carries all of it."""
+
+    type: Literal["stream"]
+    id: str = Field(max_length=MAX_ID_CHARS)
+    name: Literal["stdout", "stderr"]
+    # One read of a capture pipe (64 KiB) decoded; escaping does not count here.
+    text: str = Field(max_length=1 << 17)
 
 
 class Reply(_Frame):
@@ -215,6 +227,13 @@ class ListVariablesReply(_Frame):
     modules: list[str] = Field(default_factory=list, max_length=10_000)
 
 
+class PreloadReply(_Frame):
+    """Which modules a ``preload`` imported, and each it left out with the reason."""
+
+    loaded: list[Annotated[str, Field(max_length=256)]] = Field(max_length=64)
+    skipped: list[Annotated[str, Field(max_length=1024)]] = Field(max_length=64)
+
+
 class InspectReply(_Frame):
     found: bool
     name: str = Field(max_length=256)
@@ -252,7 +271,7 @@ class LineBuffer:
         return lines
 
 
-def decode_frame(line: bytes) -> ReadyFrame | FatalFrame | Reply:
+def decode_frame(line: bytes) -> ReadyFrame | FatalFrame | StreamFrame | Reply:
     try:
         data = untrusted_json(line)
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
@@ -260,13 +279,15 @@ def decode_frame(line: bytes) -> ReadyFrame | FatalFrame | Reply:
     if not isinstance(data, dict):
         raise ProtocolViolation("a frame is not a JSON object")
     kind = data.get("type")
-    model: type[ReadyFrame | FatalFrame | Reply]
+    model: type[ReadyFrame | FatalFrame | StreamFrame | Reply]
     if kind == "ready":
         model = ReadyFrame
     elif kind == "fatal":
         model = FatalFrame
     elif kind == "reply":
         model = Reply
+    elif kind == "stream":
+        model = StreamFrame
     else:
         raise ProtocolViolation(f"unknown frame type {str(kind)[:32]!r}")
     data.pop("raw", None)

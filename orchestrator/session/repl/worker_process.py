@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -29,11 +29,16 @@ from orchestrator.session.repl.protocol import (
     ProtocolViolation,
     ReadyFrame,
     Reply,
+    StreamFrame,
     decode_frame,
     encode_request,
 )
 
-__all__ = ["WORKER_ARGV", "WorkerExited", "WorkerProcess", "kill_pid"]
+__all__ = ["WORKER_ARGV", "OutputListener", "WorkerExited", "WorkerProcess", "kill_pid"]
+
+# Streamed output of a request: ("stdout" or "stderr", text). Called as frames are read, so it
+# must be quick and must not block: a slow consumer queues what it gets.
+OutputListener = Callable[[str, str], None]
 
 WORKER_ARGV = ("python3", "-I", "/opt/sandhold/worker/repl_worker.py")
 RELAY_ARGV = ("python3", "-I", "/opt/sandhold/worker/relay.py")
@@ -69,6 +74,8 @@ class WorkerProcess:
         # Ids sent and not yet answered: besides the one a caller waits for, only those whose
         # caller was cancelled; their replies, when they come, are dropped.
         self._unanswered: set[str] = set()
+        # Of those, the ones that asked for their output as it comes (``stream``).
+        self._streaming: set[str] = set()
         self.pid = 0
         self.alive = True
 
@@ -167,6 +174,8 @@ class WorkerProcess:
         # Before the write: asyncio's own cancel gets through a shield, and the line may be out
         # by then; if so, its reply is one to drop.
         self._unanswered.add(request_id)
+        if args.get("stream"):
+            self._streaming.add(request_id)
         with anyio.CancelScope(shield=True), anyio.move_on_after(SEND_TIMEOUT) as bound:
             try:
                 await self._stream.send(line)
@@ -178,19 +187,30 @@ class WorkerProcess:
             raise WorkerExited(f"the worker took no request for {SEND_TIMEOUT:g} s")
         return request_id
 
-    async def receive_reply(self, request_id: str) -> Reply:
-        """The reply to ``request_id``. Replies to earlier requests whose callers gave up are
-        dropped on the way; any other frame is a protocol violation."""
+    async def receive_reply(
+        self, request_id: str, on_output: OutputListener | None = None
+    ) -> Reply:
+        """The reply to ``request_id``; its streamed output, if it streams, to ``on_output`` on
+        the way. Replies and output of earlier requests whose callers gave up are dropped; any
+        other frame is a protocol violation."""
         while True:
             frame = await self._next_frame()
+            if isinstance(frame, StreamFrame):
+                if frame.id not in self._streaming:
+                    raise ProtocolViolation(f"output for {frame.id!r}, which does not stream")
+                if frame.id == request_id and on_output is not None:
+                    on_output(frame.name, frame.text)
+                continue  # a caller that gave up, or one that reads only the reply
             if not isinstance(frame, Reply):
                 raise ProtocolViolation(f"expected a reply, got a {type(frame).__name__}")
             if frame.id == request_id:
                 self._unanswered.discard(request_id)
+                self._streaming.discard(request_id)
                 return frame
             if frame.id is None or frame.id not in self._unanswered:
                 raise ProtocolViolation(f"reply for {frame.id!r} while waiting for {request_id!r}")
             self._unanswered.discard(frame.id)
+            self._streaming.discard(frame.id)
 
     async def request(self, op: str, **args: Any) -> Reply:
         return await self.receive_reply(await self.send(op, **args))
@@ -214,7 +234,7 @@ class WorkerProcess:
         else:
             self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL_BYTES:]
 
-    async def _next_frame(self) -> ReadyFrame | FatalFrame | Reply:
+    async def _next_frame(self) -> ReadyFrame | FatalFrame | StreamFrame | Reply:
         while not self._pending:
             await self._read_chunk()
         return decode_frame(self._pending.pop(0))
