@@ -200,9 +200,11 @@ async def _run_orchestrator(
 
 
 def _import_orchestrator() -> None:
-    # Slow (the Docker SDK, pydantic models): imported off the event loop, see above.
+    # Slow (the Docker SDK, pydantic models, the image builder ``with_image`` uses): imported
+    # off the event loop, see above.
     import orchestrator._api
-    import orchestrator.cli.image  # noqa: F401
+    import orchestrator.backend.docker
+    import orchestrator.images  # noqa: F401
 
 
 async def _forward(remote: RemoteSandhold, early: EarlyAnswer) -> None:

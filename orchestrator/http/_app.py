@@ -24,6 +24,7 @@ from orchestrator.errors import BodyTooLargeError, InvalidArgumentError, Orchest
 from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
 from orchestrator.http._disconnect import CancelOnDisconnect
 from orchestrator.http._events import first_read, terminal_events
+from orchestrator.http._execute_stream import ExecuteEvents, wants_events
 from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
 from orchestrator.http._ops import OPS_AUDIT_PATH, OPS_POOLS_PATH, OPS_SESSIONS_PATH, OpsRoutes
@@ -122,13 +123,36 @@ class _Api:
         return await self._call(request, request.path_params["tool"], body)
 
     def rest(self, route: RestRoute) -> Callable[[Request], Awaitable[Response]]:
+        streams = route.tool == "python_repl" and route.operation == "execute"
+
         async def endpoint(request: Request) -> Response:
             body = await self._json_body(request) if route.body else None
             query = dict(request.query_params)
             arguments = route.arguments(request.path_params, query, body)
+            if streams and wants_events(request.headers.get("accept")):
+                return self._streamed_call(request, route.tool, arguments)
             return await self._call(request, route.tool, arguments)
 
         return endpoint
+
+    def _streamed_call(self, request: Request, tool: str, arguments: Any) -> Response:
+        """The call answered as server-sent events: its output as it comes, then its result."""
+        tenant = request.scope[TENANT_SCOPE_KEY]
+        task = request.headers.get(TASK_HEADER)
+        call_id = new_call_id()
+
+        async def run(on_stdout: Callable[[str], None], on_stderr: Callable[[str], None]) -> Any:
+            return await self.orchestrator.call(
+                tool,
+                arguments,
+                tenant=tenant,
+                task=task,
+                call_id=call_id,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
+
+        return ExecuteEvents(run, {CALL_ID_HEADER: call_id})
 
     async def events(self, request: Request) -> Response:
         tenant = request.scope[TENANT_SCOPE_KEY]
