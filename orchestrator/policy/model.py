@@ -231,6 +231,33 @@ class ShellConfig(_Section):
         return patterns
 
 
+# A name pattern of ``env.deny``: a variable name in which ``*`` stands for any run of
+# characters (``LD_*``); matched case-sensitively, as the programs that read them do.
+EnvNamePattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_*]{1,256}$")]
+
+
+class EnvConfig(_Section):
+    """Environment variables callers give a session or one command (``env``). Names that would
+    subvert the sandbox's own machinery (``SANDHOLD_*``, the dynamic loader's ``LD_*``, ``PATH``,
+    ``HOME``, what bash runs at start-up) are refused under every policy; this list adds more."""
+
+    deny: tuple[EnvNamePattern, ...] = Field(
+        (
+            "PYTHON*",
+            "NODE_OPTIONS",
+            "PERL5OPT",
+            "PERL5LIB",
+            "PERLLIB",
+            "RUBYOPT",
+            "RUBYLIB",
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+        ),
+        description="Names a caller may not set (`*` matches any run of characters); these "
+        "come on top of the names refused under every policy (see the tool contract).",
+    )
+
+
 class LimitsConfig(_Section):
     """Counts and sizes per owner and per session."""
 
@@ -273,11 +300,14 @@ class Policy(_Section):
     python: PythonConfig = Field(PythonConfig(), description="The Python REPL's rules.")
     shell: ShellConfig = Field(ShellConfig(), description="Commands and their rules.")
     limits: LimitsConfig = Field(LimitsConfig(), description="Counts and sizes.")
+    env: EnvConfig = Field(EnvConfig(), description="Environment variables callers may set.")
 
     @property
     def hash(self) -> str:
         """sha256 of the effective settings; goes on container labels and into the audit log."""
         data = self.model_dump(mode="json", exclude={"extends", "description"})
+        if self.env == EnvConfig():
+            del data["env"]  # the default env rules: the hash it had before they existed
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -29,6 +29,7 @@ from orchestrator.errors import (
 )
 from orchestrator.policy.arguments import check_int
 from orchestrator.policy.commands import MAX_COMMAND_BYTES, enforce
+from orchestrator.policy.env import check_env, merged_env
 from orchestrator.policy.model import Policy
 from orchestrator.session.helper_exchange import (
     Helper,
@@ -36,7 +37,7 @@ from orchestrator.session.helper_exchange import (
     call_helper,
     parse_reply,
 )
-from orchestrator.session.paths import caller_env, workspace_path
+from orchestrator.session.paths import workspace_path
 from orchestrator.session.repl.protocol import MAX_COUNT
 
 PROCS_ARGV = ("python3", "-I", "/opt/sandhold/worker/procs.py")
@@ -145,6 +146,8 @@ class SessionProcesses:
         self.tenant_cap: int | None = None
         # Told each new process id, so the manager finds the session by it on every path.
         self.on_started: Callable[[str], None] | None = None
+        # The session's env (checked when the session was made): every process gets it.
+        self.session_env: Mapping[str, str] = {}
 
     def _max_running(self) -> int:
         limit = self._policy.limits.processes_per_session
@@ -165,14 +168,15 @@ class SessionProcesses:
         env: Mapping[str, str] | None = None,
         confirm_dangerous: bool = False,
     ) -> ProcessStartResult:
-        """Launch ``bash -c command`` in the background if the shell policy allows it;
-        ``quota_exceeded`` past the policy's ``limits.processes_per_session`` running ones."""
+        """Launch ``bash -c command`` in the background if the shell policy allows it, with the
+        session's env and ``env`` over it (in the request: the helper's own exec gets none of
+        it); ``quota_exceeded`` past the policy's ``limits.processes_per_session`` running ones."""
         command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         request = {
             "process_id": secrets.token_hex(PROCESS_ID_BYTES),
             "command": command,
             "cwd": WORKSPACE if cwd is None else workspace_path(cwd, name="cwd"),
-            "env": caller_env(env),
+            "env": merged_env(self.session_env, check_env(env, self._policy)),
             "max_log_bytes": LOG_CAP_PER_STREAM_BYTES * self._policy.output.max_stream_bytes,
             "max_running": self._max_running(),
         }

@@ -7,6 +7,9 @@ Framing. bash reads its commands from the exec's stdin (pipes, no PTY). Each cal
     printf '\\n%s:%s:%s:%s\\n' TOKEN "$?" "$PWD" TOKEN
 
 The command travels as one quoted literal, so nothing in it can end the line or pass for framing.
+A call's own ``env`` goes before ``eval`` as assignments (``NAME=$'...' eval ...``): bash keeps
+them, exported, for that one command and then restores what was there, while ``cd`` and
+``export`` of other names still last. The session's env is the shell's own, from its start.
 A brace group does not fork, so ``cd`` and ``export`` last; stdin is /dev/null, so the command
 cannot eat the shell's next lines; stderr joins stdout. TOKEN is fresh and random per call and
 still unread by bash while the command runs (bash reads a pipe a line at a time), so output that
@@ -33,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import string
+from collections.abc import Mapping
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -41,6 +45,7 @@ from orchestrator.backend.base import STDOUT, WORKSPACE, Backend, ExecSpec, Exec
 from orchestrator.errors import BackendError, OrchestratorError, SessionNotFoundError
 from orchestrator.policy.arguments import check_timeout
 from orchestrator.policy.commands import enforce
+from orchestrator.policy.env import check_env, merged_env
 from orchestrator.policy.model import Policy
 from orchestrator.session.signals import signal_process_group
 
@@ -151,21 +156,30 @@ class PersistentShell:
         self._shell: _Shell | None = None
         self._lock = anyio.Lock()
         self._closed = False
+        # The session's env (checked when the session was made): the shell starts with it.
+        self.session_env: Mapping[str, str] = {}
 
     async def run(
-        self, command: str, *, timeout_s: float | None = None, confirm_dangerous: bool = False
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        confirm_dangerous: bool = False,
     ) -> ShellRunResult:
-        """Run ``command`` in the shell if the shell policy allows it; at ``timeout_s`` (the
-        policy's default without one) it is interrupted, and the shell replaced if it does not
-        come back."""
+        """Run ``command`` in the shell if the shell policy allows it, with ``env`` over the
+        session's for this command only; at ``timeout_s`` (the policy's default without one) it
+        is interrupted, and the shell replaced if it does not come back."""
         command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         timeout = check_timeout(timeout_s, self._policy)
+        extra = check_env(env, self._policy)
+        merged_env(self.session_env, extra)  # within the bounds, as any exec's
         async with self._lock:
             if self._closed:
                 raise SessionNotFoundError("this session's shell is closed")
             shell = self._shell or await self._start()
             try:
-                return await self._run(shell, command, timeout)
+                return await self._run(shell, command, timeout, extra)
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self._discard()
@@ -178,7 +192,7 @@ class PersistentShell:
             await self._discard()
 
     async def _start(self) -> _Shell:
-        spec = ExecSpec(argv=SHELL_ARGV)
+        spec = ExecSpec(argv=SHELL_ARGV, env=dict(self.session_env))
         stream = await self._backend.open_exec(self._container_id, spec)
         shell = _Shell(stream, 0)
         self._shell = shell
@@ -201,12 +215,14 @@ class PersistentShell:
             raise
         return shell
 
-    async def _run(self, shell: _Shell, command: str, timeout: float) -> ShellRunResult:
+    async def _run(
+        self, shell: _Shell, command: str, timeout: float, env: Mapping[str, str]
+    ) -> ShellRunResult:
         token = secrets.token_hex(TOKEN_BYTES)
         framer = _Framer(self._policy.output.max_stream_bytes)
         framer.expect(token)
         try:
-            await _send(shell, _command_line(command) + _status_line(token))
+            await _send(shell, _command_line(command, env) + _status_line(token))
             with anyio.move_on_after(timeout) as scope:
                 await _read_until(shell, framer, token)
             if scope.cancelled_caught and not await self._interrupt(shell, framer):
@@ -292,9 +308,15 @@ async def _read_until(shell: _Shell, framer: _Framer, token: str) -> None:
             framer.feed(chunk[1])
 
 
-def _command_line(command: str) -> str:
-    quoted = "".join(chr(b) if b in _PLAIN else f"\\x{b:02x}" for b in command.encode())
-    return f"{{ eval $'{quoted}'; }} </dev/null 2>&1\n"
+def _quoted(text: str) -> str:
+    """``text`` as a bash ANSI-C literal in which every byte but [A-Za-z0-9] is ``\\xHH``."""
+    return "".join(chr(b) if b in _PLAIN else f"\\x{b:02x}" for b in text.encode())
+
+
+def _command_line(command: str, env: Mapping[str, str] | None = None) -> str:
+    # Names are checked variable names (check_env): only values need quoting.
+    assignments = "".join(f"{name}=$'{_quoted(value)}' " for name, value in (env or {}).items())
+    return f"{{ {assignments}eval $'{_quoted(command)}'; }} </dev/null 2>&1\n"
 
 
 def _status_line(token: str, value: str = '"$?"') -> str:

@@ -22,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -33,8 +33,9 @@ from orchestrator.backend.base import WORKSPACE, Backend
 from orchestrator.errors import QuotaExceededError, SessionNotFoundError
 from orchestrator.policy.arguments import check_flag, check_id, check_int
 from orchestrator.policy.commands import enforce
+from orchestrator.policy.env import check_env, merged_env
 from orchestrator.policy.model import Policy
-from orchestrator.session.paths import caller_env, workspace_path
+from orchestrator.session.paths import workspace_path
 from orchestrator.session.signals import (
     signal_name,
     signal_process_group,
@@ -99,6 +100,8 @@ class SessionTerminals:
         self.tenant_cap: int | None = None
         # Told each new terminal id, so the manager finds the session by it on every path.
         self.on_started: Callable[[str], None] | None = None
+        # The session's env (checked when the session was made): every command gets it.
+        self.session_env: Mapping[str, str] = {}
 
     async def __aenter__(self) -> Self:
         host = anyio.create_task_group()
@@ -149,18 +152,18 @@ class SessionTerminals:
         *,
         use_pty: bool = True,
         cwd: str | None = None,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
         yield_time_ms: int = DEFAULT_YIELD_MS,
         max_bytes: int | None = None,
         max_output_chars: int | None = None,
         confirm_dangerous: bool = False,
     ) -> TerminalResult:
-        """Run ``bash -c command`` if the shell policy allows it; return at its first output,
-        its end, or after yield_time_ms."""
+        """Run ``bash -c command`` if the shell policy allows it, with the session's env and
+        ``env`` over it; return at its first output, its end, or after yield_time_ms."""
         command = enforce(command, self._policy, confirm_dangerous=confirm_dangerous)
         pty = check_flag(use_pty, "use_pty")
         workdir = WORKSPACE if cwd is None else workspace_path(cwd, name="cwd")
-        extra_env = caller_env(env)
+        extra_env = merged_env(self.session_env, check_env(env, self._policy))
         timeout_ms = check_int(yield_time_ms, "yield_time_ms", 0, MAX_YIELD_MS)
         args = read_args(0, None, max_bytes, max_output_chars)
         self._reserve()
