@@ -30,6 +30,7 @@ _PYTHON: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "python.forbidden_modules[{name!r}]",
         ),
         (r"module '[^']+' is not in the allowed modules", "python.allowed_modules"),
+        (r"module '[^']+' is not available in restricted mode", "python.rules.data_library"),
         (r"forbidden builtin (?:name )?'(?P<name>\w+)'", "python.forbidden_builtins[{name!r}]"),
         (
             r"builtin '(?P<name>\w+)' is forbidden by the policy",

@@ -14,6 +14,16 @@ _MODULE_DICT: Any = vars(ModuleType)["__dict__"]
 
 # A compile-time directive, not a module anyone reaches through.
 FUTURE = "__future__"
+# Libraries restricted mode does not take, whatever a policy lists: each has routes no static
+# rule or guard here closes (numpy.load with allow_pickle, numpy.ctypeslib, numpy.f2py and
+# numpy.fromfile; pandas.read_pickle, pandas.eval and DataFrame.query with the python engine,
+# readers of any path; matplotlib backends that start processes). Data work runs with
+# unrestricted Python, where the container is the boundary: the python-data policy.
+DATA_LIBRARIES = frozenset({"numpy", "pandas", "scipy", "matplotlib", "PIL", "sklearn"})
+DATA_LIBRARY_REFUSAL = (
+    "module '{name}' is not available in restricted mode (its pickle, file and eval routes "
+    "cannot be closed here); use the python-data policy, where the container is the boundary"
+)
 
 
 class ModulePolicy:
@@ -41,6 +51,8 @@ class ModulePolicy:
         if not name or name.startswith(".") or name.endswith(".") or ".." in name:
             return f"'{name}' is not a module name"
         parts = name.split(".")
+        if parts[0] in DATA_LIBRARIES:
+            return DATA_LIBRARY_REFUSAL.format(name=parts[0])
         prefixes = [".".join(parts[: i + 1]) for i in range(len(parts))]
         for prefix in prefixes:
             if prefix in self._forbidden:

@@ -480,3 +480,12 @@ def test_guard_errors_are_exceptions_of_the_documented_kinds() -> None:
     assert issubclass(ImportBlockedError, ImportError)
     assert ImportBlockedError.error_type == "import_blocked"
     assert GuardError.error_type == "validation"
+
+
+@pytest.mark.parametrize("name", ["numpy", "pandas.io", "matplotlib.pyplot", "scipy", "PIL"])
+def test_data_libraries_are_refused_in_restricted_mode_even_when_listed(name: str) -> None:
+    listed = frozenset(default_config().allowed_modules | {name.split(".")[0], name})
+    executor = Executor(default_config(allowed_modules=listed))
+    outcome = executor.execute(f"import {name}")
+    assert not outcome.success and outcome.error_type == "import_blocked", outcome
+    assert "python-data policy" in (outcome.error_message or "")
