@@ -4,7 +4,8 @@ registry row says who owns it, under which policy, and which pid its REPL worker
 Steps, each bounded: thaw the container if it was paused; sweep the orphans the old orchestrator
 left (``worker/sweep.py``: its terminals and shell, whose streams nobody reads any more); reach
 the worker through a relay (its state intact) or, failing that, start a fresh one (the next
-execute says ``state_reset``); restore the code history. Any failure is raised: the caller reaps.
+execute says ``state_reset``); give the session its env again; restore the code history. Any
+failure is raised: the caller reaps.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ async def adopt_session(
     session.task = record.task
     try:
         await session.repl.start()
+        await session.set_env(record.env)
         await task_group.start(session.terminals.serve)
     except BaseException:
         await session.close_parts()

@@ -57,6 +57,7 @@ from orchestrator.policy.arguments import (
     check_policy_name,
     check_session_id,
 )
+from orchestrator.policy.env import check_env
 from orchestrator.policy.model import Policy, load_policy
 from orchestrator.registry.claim import Abandoned, claim, reap_abandoned, remove_files
 from orchestrator.registry.reconcile import ReconcileReport
@@ -268,11 +269,14 @@ class SessionManager:
     # -- sessions -------------------------------------------------------------------------
 
     async def create_session(
-        self, *, policy: str | None = None, tenant: str | None = None
+        self, *, policy: str | None = None, tenant: str | None = None, env: Any = None
     ) -> Session:
+        """A new session for the caller; ``env`` (checked against its policy before anything
+        is made) is seen by every process in it."""
         tenant = tenant or self.config.tenant
         task = current_task()
         effective = self.policy(policy)
+        session_env = check_env(env, effective)
         limits = self.tenant_config(tenant)
         check_policy_allowed(limits, effective)
         self._check_open(tenant, task)
@@ -284,7 +288,7 @@ class SessionManager:
             self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
         )
         try:
-            session = await self._build_session(tenant, effective)
+            session = await self._build_session(tenant, effective, session_env)
         finally:
             self._admission.release(token)
         # The owner may have been closed while the container was made: nothing half-made stays.
@@ -309,7 +313,7 @@ class SessionManager:
         if victim is not None:
             await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
 
-    async def _build_session(self, tenant: str, policy: Policy) -> Session:
+    async def _build_session(self, tenant: str, policy: Policy, env: Mapping[str, str]) -> Session:
         pool = self._pools.get(policy.name)
         warm = pool.take_nowait() if pool is not None and pool.policy == policy else None
         if pool is not None:
@@ -320,6 +324,12 @@ class SessionManager:
             session = warm
         else:
             session = await self._new_session(tenant, policy)
+        # One path for warm and cold: the env is given once the session exists.
+        try:
+            await session.set_env(env)
+        except BaseException:
+            await session.aclose(self.backend)  # shielded: not in the table, nothing else would
+            raise
         session.task = current_task()
         self._apply_tenant_caps(session)
         self._table.add(session)
@@ -426,13 +436,24 @@ class SessionManager:
         return session
 
     async def open_session(
-        self, session_id: Any, *, policy: Any = None, tenant: str | None = None
+        self,
+        session_id: Any,
+        *,
+        policy: Any = None,
+        tenant: str | None = None,
+        session_env: Any = None,
     ) -> tuple[Session, bool]:
-        """The caller's session, or a new one when ``session_id`` is None; says which."""
+        """The caller's session, or a new one (with ``session_env``) when ``session_id`` is
+        None; says which."""
         if session_id is None:
-            return await self.create_session(policy=check_policy_name(policy), tenant=tenant), True
+            name = check_policy_name(policy)
+            env = check_env(session_env, self.policy(name), name="session_env")
+            session = await self.create_session(policy=name, tenant=tenant, env=env)
+            return session, True
         if policy is not None:
             raise InvalidArgumentError("policy applies only when a new session is created")
+        if session_env is not None:
+            raise InvalidArgumentError("session_env applies only when a new session is created")
         return await self.session(session_id, tenant=tenant), False
 
     async def session_of(

@@ -44,6 +44,7 @@ class SessionTable:
                 container_id=session.container_id,
                 worker_pid=session.repl.worker_pid,
                 created_at=session.created_at.isoformat(),
+                env=session.env,
             )
         )
         self.sessions[session.id] = session

@@ -1,11 +1,15 @@
 """The registry on disk: what a restarted orchestrator needs to re-adopt its sessions.
 
 One SQLite file (WAL, every write its own transaction) holds this orchestrator's id, its sessions
-(owner, the effective policy they were created under, container, REPL worker pid), the ids made
-inside them (processes, terminals) and their code history. A crash between two writes leaves the
-state after the first: a session row is written once its container and worker are ready and
-deleted before its container is removed, so a container without a row is unknown (reaped on the
-next start) and a row without a container is forgotten then.
+(owner, the effective policy they were created under, container, REPL worker pid, the env given
+at creation), the ids made inside them (processes, terminals) and their code history. The env
+is kept because a re-adopted session must give it to every process it starts after a restart;
+its values may be secrets, as code may be: the file is made 0600, in a directory made 0700.
+
+A crash between two writes leaves the state after the first: a session row is written once its
+container and worker are ready and deleted before its container is removed, so a container
+without a row is unknown (reaped on the next start) and a row without a container is forgotten
+then.
 
 One orchestrator at a time: the file is locked (``flock`` on ``<path>.lock``) for as long as the
 registry is open, and the lock dies with the process, ``kill -9`` included. Without a path the
@@ -19,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -52,6 +57,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     worker_pid INTEGER,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS session_env (
+    session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+    env_json TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS items (
     kind TEXT NOT NULL,
     item_id TEXT NOT NULL,
@@ -79,6 +88,7 @@ class SessionRecord:
     container_id: str
     worker_pid: int | None
     created_at: str
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 class Registry:
@@ -93,6 +103,8 @@ class Registry:
             self._lock_fd = _lock(Path(f"{self.path}.lock"))
         db: sqlite3.Connection | None = None
         try:
+            if self.path is not None:
+                _private(self.path)
             db = sqlite3.connect(
                 self.path or ":memory:", isolation_level=None, check_same_thread=False
             )
@@ -192,6 +204,10 @@ class Registry:
                     record.created_at,
                 ),
             )
+            if record.env:
+                db.execute(
+                    "INSERT INTO session_env VALUES (?, ?)", (record.id, json.dumps(record.env))
+                )
 
     def set_worker_pid(self, session_id: str, pid: int | None) -> None:
         with self._transaction() as db:
@@ -203,8 +219,9 @@ class Registry:
 
     def sessions(self) -> list[SessionRecord]:
         rows = self.db.execute(
-            "SELECT id, tenant, task, policy_json, container_id, worker_pid, created_at "
-            "FROM sessions ORDER BY created_at"
+            "SELECT id, tenant, task, policy_json, container_id, worker_pid, created_at, env_json "
+            "FROM sessions LEFT JOIN session_env ON session_env.session_id = sessions.id "
+            "ORDER BY created_at"
         ).fetchall()
         return [
             SessionRecord(
@@ -215,6 +232,7 @@ class Registry:
                 container_id=r[4],
                 worker_pid=r[5],
                 created_at=r[6],
+                env=_env(r[7]),
             )
             for r in rows
         ]
@@ -292,6 +310,22 @@ def read_owners(path: Path) -> dict[str, tuple[str, str | None]]:
     return {r[0]: (r[1], r[2]) for r in rows}
 
 
+def _env(env_json: str | None) -> dict[str, str]:
+    """A stored env; one that is not a map of strings (a hand-edited file) is a RegistryError,
+    since re-adopting the session without its env would break its contract silently."""
+    if env_json is None:
+        return {}
+    try:
+        env = json.loads(env_json)
+    except ValueError:
+        env = None
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise RegistryError("a session's stored env is not a map of strings")
+    return env
+
+
 # Code and output are kept as bytes: they may hold lone surrogates, which SQLite text cannot.
 def _blob(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
@@ -299,6 +333,19 @@ def _blob(text: str) -> bytes:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "surrogatepass")
+
+
+def _private(path: Path) -> None:
+    """The file, made if need be, readable by its owner only (SQLite gives its WAL and shared
+    memory files the database file's mode)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot open the registry: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def _lock(path: Path) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +62,10 @@ class Session:
     paused: bool = False
     calls_in_progress: int = 0
     closed: bool = False
+    # The env every process of the session gets, checked against its policy when the session
+    # was made (``policy.env``); kept in memory and in the registry (for re-adoption), never
+    # logged, and only its names go into the audit log.
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def assemble(
@@ -91,6 +95,16 @@ class Session:
             shell=PersistentShell(backend, container_id, policy),
             history=CodeHistory(policy.python.max_history),
         )
+
+    async def set_env(self, env: Mapping[str, str]) -> None:
+        """Give the session its env (once, before its first call; a pooled session gets it when
+        it is taken): every shell, terminal and background process started from now on sees
+        it. The REPL worker runs already by then (pooled or not) and is not told yet: that takes
+        a request of the worker's own, still to come (``set_env``)."""
+        self.env = dict(env)
+        self.terminals.session_env = self.env
+        self.processes.session_env = self.env
+        self.shell.session_env = self.env
 
     @property
     def busy(self) -> bool:

@@ -26,6 +26,8 @@ from orchestrator.backend.base import (
 from orchestrator.backend.fake import FakeBackend, FakeProcess, ProgramRun
 from orchestrator.errors import (
     BackendUnavailableError,
+    InvalidArgumentError,
+    PolicyViolationError,
     ProcessCrashedError,
     QuotaExceededError,
     SessionNotFoundError,
@@ -267,3 +269,41 @@ async def test_an_engine_that_does_not_answer_fails_the_start(fake: FakeBackend)
     with pytest.raises(BackendUnavailableError):
         await orch.start()
     await orch.aclose()
+
+
+async def test_a_session_env_the_policy_refuses_creates_nothing(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    for env in ({"LD_PRELOAD": "/workspace/x.so"}, {"PYTHONPATH": "/workspace"}):
+        with pytest.raises(PolicyViolationError):
+            await orch.create_session(env=env)
+    with pytest.raises(InvalidArgumentError):
+        await orch.create_session(env={"BAD NAME": "x"})
+    assert fake.containers == {}
+    assert orch.list_sessions() == []
+
+
+async def test_a_session_env_reaches_its_shell_terminals_and_processes(orch: Orchestrator) -> None:
+    session = await orch.create_session(env={"A": "1"})
+    assert session.env == {"A": "1"}
+    for part in (session.shell, session.terminals, session.processes):
+        assert part.session_env == {"A": "1"}
+
+
+async def test_a_pooled_session_gets_the_env_of_the_call_that_takes_it(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    await orch.set_pool_size("default", 1)
+    with anyio.fail_after(STEP_TIMEOUT):
+        while orch.pool_status()["default"]["ready"] < 1:  # noqa: ASYNC110 (no pool event)
+            await anyio.sleep(0.01)
+    pooled = set(fake.containers)
+    session = await orch.create_session(env={"TOKEN": "t"})
+    assert session.container_id in pooled
+    assert session.env == {"TOKEN": "t"} and session.shell.session_env == {"TOKEN": "t"}
+
+
+async def test_session_env_is_refused_for_an_existing_session(orch: Orchestrator) -> None:
+    session = await orch.create_session()
+    with pytest.raises(InvalidArgumentError):
+        await orch.open_session(session.id, session_env={"A": "1"})

@@ -4,6 +4,7 @@ refused as ``RegistryError``."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -372,3 +373,35 @@ def test_history_is_cleared_per_session(registry: Registry) -> None:
     registry.clear_history("s1")
     assert registry.history("s1", 100) == []
     assert len(registry.history("s2", 100)) == 1
+
+
+def test_a_sessions_env_round_trips_and_goes_with_its_row(registry: Registry) -> None:
+    env = {"API_TOKEN": "t0ken", "EMPTY": "", "UNICODE": "é ✓"}
+    with_env = dataclasses.replace(record("s1"), env=env)
+    registry.add_session(with_env)
+    registry.add_session(record("s2"))
+    assert {r.id: dict(r.env) for r in registry.sessions()} == {"s1": env, "s2": {}}
+    registry.remove_session("s1")
+    assert registry.db.execute("SELECT COUNT(*) FROM session_env").fetchone()[0] == 0
+
+
+def test_a_stored_env_that_is_not_a_map_of_strings_is_a_registry_error(
+    registry: Registry,
+) -> None:
+    registry.add_session(record("s1"))
+    registry.db.execute("INSERT INTO session_env VALUES ('s1', '{\"A\": 1}')")
+    with pytest.raises(RegistryError):
+        registry.sessions()
+
+
+def test_the_registry_file_is_readable_by_its_owner_only(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    path.touch(mode=0o644)
+    path.chmod(0o644)
+    reg = Registry(path)
+    reg.open()
+    try:
+        reg.add_session(record("s1"))
+    finally:
+        reg.close()
+    assert path.stat().st_mode & 0o777 == 0o600
