@@ -5,7 +5,9 @@ Each segment opens with a ``segment`` record; each tool call adds a ``call`` rec
 ``hash`` is the sha256 of all its other fields (``prev`` among them) as canonical JSON (sorted
 keys, no spaces, ASCII); ``prev`` is the ``hash`` of the record before it, across segments, and
 ``GENESIS_HASH`` for the first; ``seq`` counts records from 0 without a gap. Arguments are kept
-as the sha256 of their canonical JSON, in clear only with ``AuditConfig.record_arguments``.
+as the sha256 of their canonical JSON, in clear only with ``AuditConfig.record_arguments``; the
+values of environment arguments (``env``, ``session_env``) are never kept, not even hashed (a
+hash of a short secret is a guess away from it): a record holds their names, each with ``***``.
 
 A call record states what the host observed apart from what the sandbox said (``call_outcome``):
 ``success`` and ``error_type`` are the host's own outcome (it refused the call, timed it out, saw
@@ -47,11 +49,15 @@ __all__ = [
     "content_hash",
     "decode_record",
     "encode_record",
+    "redacted_arguments",
     "segment_files",
     "segment_name",
 ]
 
 GENESIS_HASH: Final = "0" * 64
+# Arguments that carry environment variables, whose values may be secrets.
+ENV_ARGUMENTS: Final = frozenset({"env", "session_env"})
+REDACTED: Final = "***"
 FORMAT_VERSION: Final = 1
 SEGMENT_NAME: Final = re.compile(r"audit-(\d{6,})\.jsonl")
 
@@ -105,8 +111,9 @@ class TornTail:
 
 
 def arguments_digest(arguments: Any) -> str:
-    """The sha256 of ``arguments`` as canonical JSON: equal arguments, equal digests."""
-    return hashlib.sha256(canonical_arguments(arguments).encode()).hexdigest()
+    """The sha256 of ``arguments`` as a record keeps them (canonical JSON, env values
+    redacted): equal arguments, equal digests."""
+    return hashlib.sha256(canonical_arguments(redacted_arguments(arguments)).encode()).hexdigest()
 
 
 def call_outcome(tool: str, structured: Mapping[str, Any], *, answered: bool) -> dict[str, Any]:
@@ -153,6 +160,32 @@ def canonical_arguments(arguments: Any) -> str:
         return _canonical(arguments)
     except (TypeError, ValueError):  # keys of mixed types, or a circular structure
         return json.dumps(repr(arguments))
+
+
+def redacted_arguments(arguments: Any) -> Any:
+    """``arguments`` with the value of every environment argument replaced by ``***``: a map (or
+    a list of ``{name, value}`` pairs) keeps its names, anything else becomes ``***`` whole."""
+    if not isinstance(arguments, Mapping) or not ENV_ARGUMENTS & set(arguments):
+        return arguments
+    return {
+        key: _redacted_env(value) if key in ENV_ARGUMENTS else value
+        for key, value in arguments.items()
+    }
+
+
+def _redacted_env(env: Any) -> Any:
+    if env is None:
+        return None
+    if isinstance(env, Mapping):
+        return {str(name): REDACTED for name in env}
+    if isinstance(env, list):
+        return [
+            {"name": str(p["name"]), "value": REDACTED}
+            if isinstance(p, Mapping) and isinstance(p.get("name"), str)
+            else REDACTED
+            for p in env
+        ]
+    return REDACTED
 
 
 def _digest(fields: Mapping[str, Any]) -> str:

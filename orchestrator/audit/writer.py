@@ -33,6 +33,7 @@ from orchestrator.audit.records import (
     content_hash,
     decode_record,
     encode_record,
+    redacted_arguments,
     segment_files,
     segment_name,
 )
@@ -167,7 +168,7 @@ class SegmentWriter:
             raise AuditLogError(f"cannot write the audit log: {exc}") from exc
 
     def _append_call(self, arguments: Any, call: dict[str, Any]) -> dict[str, Any]:
-        canonical = canonical_arguments(arguments)
+        canonical = canonical_arguments(redacted_arguments(arguments))
         fields = {"kind": "call", **call}
         fields["args_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
         if self.config.record_arguments:

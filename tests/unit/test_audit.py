@@ -287,6 +287,34 @@ async def test_arguments_are_hashed_not_stored_unless_configured(tmp_path: Path)
     assert verify(tmp_path / "clear").ok
 
 
+@pytest.mark.anyio
+async def test_env_values_are_never_kept_not_even_in_clear_mode(tmp_path: Path) -> None:
+    secret = "s3cr3t-" + "x" * 8
+    arguments = {
+        "operation": "start",
+        "command": "true",
+        "env": {"API_TOKEN": secret},
+        "session_env": [{"name": "DB_PASSWORD", "value": secret}, "odd"],
+    }
+    with anyio.fail_after(WAIT):
+        async with open_audit_log(tmp_path, AuditConfig(record_arguments=True)) as audit:
+            await audit.record(**_call(0, tool="terminal", arguments=arguments))
+            await audit.record(**_call(1, arguments={"operation": "create", "env": secret}))
+    text = (tmp_path / SEGMENT_1).read_text()
+    assert secret not in text
+    first, second = (json.loads(line) for line in text.splitlines()[1:])
+    assert first["arguments"]["env"] == {"API_TOKEN": "***"}
+    assert first["arguments"]["session_env"] == [{"name": "DB_PASSWORD", "value": "***"}, "***"]
+    assert first["arguments"]["command"] == "true"
+    assert second["arguments"]["env"] == "***"
+    # The digest is of what is kept: a guess at the value cannot be checked against it.
+    assert first["args_sha256"] == arguments_digest(arguments)
+    assert arguments_digest(arguments) == arguments_digest(
+        {**arguments, "env": {"API_TOKEN": "another"}}
+    )
+    assert verify(tmp_path).ok
+
+
 def test_the_argument_hash_ignores_key_order_and_survives_odd_values() -> None:
     assert arguments_digest({"a": 1, "b": [2]}) == arguments_digest({"b": [2], "a": 1})
     assert len(arguments_digest({1: b"bytes", "k": object()})) == 64
