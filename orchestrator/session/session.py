@@ -2,7 +2,9 @@
 
 Invariant: work on the session's interpreter is serialised by ``lock``; a caller that cannot get
 it within the busy timeout gets ``busy`` instead of interleaving with the call in progress. File
-and process operations are independent short execs and do not take the lock.
+and process operations do not take the lock: process operations are short execs of their own,
+file operations go to the session's file helper (which takes one request at a time and sends a
+concurrent one to a short exec of its own, ``files.operations``).
 """
 
 from __future__ import annotations
@@ -137,12 +139,12 @@ class Session:
         return time.monotonic() - self.last_active
 
     async def close_parts(self, *, keep_worker: bool = False) -> None:
-        """Stop what runs in the session (terminals, shell, and the REPL worker unless
-        ``keep_worker``, which leaves it for the next orchestrator to re-adopt). Each part is
-        closed even when an earlier one failed."""
+        """Stop what runs in the session (terminals, shell, file helper, and the REPL worker
+        unless ``keep_worker``, which leaves it for the next orchestrator to re-adopt). Each part
+        is closed even when an earlier one failed."""
         with anyio.CancelScope(shield=True):
             self.closed = True
-            for part in (self.terminals, self.shell, self.repl):
+            for part in (self.terminals, self.shell, self.files, self.repl):
                 try:
                     if part is self.repl and keep_worker:
                         await self.repl.detach()

@@ -1,5 +1,15 @@
-"""The ``files`` tool on the host side: arguments checked, then one run of the in-container helper
-(``worker/fileops.py``) per operation (``helper_exchange``), its replies read as ``wire`` says.
+"""The ``files`` tool on the host side: arguments checked, then a request to the in-container
+helper (``worker/fileops.py``), its replies read as ``wire`` says.
+
+Reads, writes, listings and lookups go to the session's served helper (``served_helper``), one
+long-lived exec started at the first of them: a round trip on its stream, not a ``docker exec``
+each (~100 ms). Archives, and a request that finds the served helper busy with another, take a
+one-shot run of their own (``helper_exchange``), as every operation once did: an archive moves
+up to ``max_file_bytes`` and is worth its own exec (nor does it hold up the small operations
+behind it), and an upload's extract is not idempotent, which a served request must be (it is
+sent once more when a waiting helper is found gone). Both ways run the same code in the
+container and judge the reply by the same rules, so an operation's result and errors do not
+depend on the way it took.
 
 Confinement has two halves. Here: every path is confined lexically (``workspace_path``), sizes are
 bounded by ``limits.max_file_bytes``, and an uploaded archive is checked member by member
@@ -47,6 +57,7 @@ from orchestrator.session.files.wire import (
 )
 from orchestrator.session.helper_exchange import call_helper, parse_reply
 from orchestrator.session.paths import workspace_path
+from orchestrator.session.served_helper import ServedHelper
 
 __all__ = [
     "CheckResult",
@@ -67,6 +78,14 @@ FILEOPS_ARGV = ("python3", "-I", "/opt/sandhold/worker/fileops.py")
 OP_TIMEOUT = 60.0
 # Room in a reply beyond the base64 of max_file_bytes: JSON framing and a full listing.
 REPLY_SLACK_BYTES = 8 * 1024 * 1024
+# Room in a served request beyond the base64 of max_file_bytes: the envelope and a path of
+# MAX_PATH_CHARS, each character escaped to at most 12 bytes.
+REQUEST_SLACK_BYTES = 64 * 1024
+# Operations the served helper takes: each is idempotent (a write replaces the whole file).
+SERVED_OPS = frozenset({"check", "list", "read", "stat", "write"})
+# A served helper with no request for this long exits (~4 MiB of the session's memory back);
+# an agent's file operations come seconds apart, and after a pause the next pays one exec.
+SERVED_IDLE_TIMEOUT = 60.0
 
 
 class _Result(BaseModel):
@@ -138,6 +157,19 @@ class SessionFiles:
         self._backend = backend
         self._container_id = container_id
         self._limit = policy.limits.max_file_bytes
+        self._max_reply = b64_len(self._limit + TAR_OVERHEAD_BYTES) + REPLY_SLACK_BYTES
+        self._max_request = b64_len(self._limit) + REQUEST_SLACK_BYTES
+        self._served = ServedHelper(
+            backend,
+            container_id,
+            FILE_HELPER,
+            max_request_bytes=self._max_request,
+            max_reply_bytes=self._max_reply,
+        )
+
+    async def aclose(self) -> None:
+        """End the served helper (its stream closes, it exits); idempotent."""
+        await self._served.aclose()
 
     async def write(
         self,
@@ -219,13 +251,18 @@ class SessionFiles:
         return DownloadResult(path=target, size=len(tar), entries=entries, tar_b64=_b64(tar))
 
     async def _call(self, op: str, request: dict[str, Any], model: type[M]) -> M:
+        if op in SERVED_OPS:
+            argv = [*FILEOPS_ARGV, "--serve", str(self._max_request), f"{SERVED_IDLE_TIMEOUT:g}"]
+            reply = await self._served.call(argv, op, request, model, timeout=OP_TIMEOUT)
+            if reply is not None:
+                return reply
         data = await call_helper(
             self._backend,
             self._container_id,
             FILE_HELPER,
             [*FILEOPS_ARGV, op],
             request,
-            max_reply_bytes=b64_len(self._limit + TAR_OVERHEAD_BYTES) + REPLY_SLACK_BYTES,
+            max_reply_bytes=self._max_reply,
             timeout=OP_TIMEOUT,
         )
         return parse_reply(FILE_HELPER, op, model, data)
