@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.policy.model import Policy
+
+if TYPE_CHECKING:  # a type only: `sandhold ps` and `kill` never build the policy model
+    from orchestrator.policy.model import Policy
 
 __all__ = [
     "HOME",
