@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
-
-from orchestrator.policy.model import Policy
 from orchestrator.worker.modpolicy import ModulePolicy
+
+if TYPE_CHECKING:  # types only: `sandhold --help` reads ``Risk`` without building the model
+    from pydantic import BaseModel
+
+    from orchestrator.policy.model import Policy
 
 __all__ = ["CRITICAL_MODULES", "HIGH_RISK_MODULES", "RISK_ORDER", "Change", "Risk", "diff"]
 

@@ -32,6 +32,7 @@ from orchestrator.errors import InvalidArgumentError
 from orchestrator.policy.commands import decide
 from orchestrator.policy.model import Policy, load_policy, shipped_policy_names
 from orchestrator.policy_ci.cases import CaseSpec
+from orchestrator.policy_ci.jobs import DEFAULT_JOBS, MAX_JOBS
 from orchestrator.policy_ci.outcomes import Outcome, Status, expected_text, judge
 from orchestrator.policy_ci.sessions import CaseError, SessionPool, run_operation
 
@@ -50,9 +51,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Two cores run about three sandboxes' start-up at once; more only queue in the engine.
-DEFAULT_JOBS = 4
-MAX_JOBS = 64
 # Beyond the case's own timeout: session start-up, setup commands, teardown of the case.
 CASE_OVERHEAD_S = 60.0
 # What sessions are opened with: the ``policy`` argument of the tools.
