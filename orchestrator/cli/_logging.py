@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from orchestrator._core.call_context import current_call
-from orchestrator.http import current_tenant
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: Final = ("text", "json")
@@ -32,6 +32,14 @@ EXTRA_FIELDS: Final = ("tool", "operation", "outcome", "duration_ms")
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        # Here, not at the top: ``serve --help`` reads ``LogFormat`` from this module, and the
+        # HTTP layer brings starlette and the MCP SDK.
+        from orchestrator.http import current_tenant
+
+        self._tenant: Callable[[], str | None] = current_tenant
+
     def format(self, record: logging.LogRecord) -> str:
         call = current_call()
         session = getattr(record, "session", None) or (call.session_id if call else None)
@@ -41,7 +49,7 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
             "logger": record.name,
             "session": session,
-            "tenant": call.tenant if call else current_tenant(),
+            "tenant": call.tenant if call else self._tenant(),
             "call_id": call.call_id if call else None,
         }
         event.update({k: getattr(record, k) for k in EXTRA_FIELDS if hasattr(record, k)})

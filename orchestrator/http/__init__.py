@@ -39,12 +39,48 @@ MCP clients raise it as such), 413 for a body over the cap, 404/405 (``invalid_a
 unknown route or method; 429 ``rate_limited`` past a budget of the client address.
 """
 
-from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of
-from orchestrator.http._auth import RATE_LIMITED, current_tenant
-from orchestrator.http._limits import HttpLimitsConfig
-from orchestrator.http._logs import RateLimitedLog, limit_log_rate
-from orchestrator.http._openapi import openapi_document
-from orchestrator.http._server import HttpProtocol, HttpServer
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each public name and the module it comes from, imported on first use (PEP 562): the app pulls
+# in starlette and the MCP SDK, which ``sandhold serve --help`` (reading ``HttpLimitsConfig``'s
+# defaults from ``_limits``) has no use for.
+_EXPORTS = {
+    "MAX_BODY_BYTES": "orchestrator.http._app",
+    "RATE_LIMITED": "orchestrator.http._auth",
+    "STATUS_BY_ERROR_TYPE": "orchestrator.http._app",
+    "HttpLimitsConfig": "orchestrator.http._limits",
+    "HttpProtocol": "orchestrator.http._server",
+    "HttpServer": "orchestrator.http._server",
+    "RateLimitedLog": "orchestrator.http._logs",
+    "build_app": "orchestrator.http._app",
+    "current_tenant": "orchestrator.http._auth",
+    "limit_log_rate": "orchestrator.http._logs",
+    "openapi_document": "orchestrator.http._openapi",
+    "status_of": "orchestrator.http._app",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator.http' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:
+    from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of
+    from orchestrator.http._auth import RATE_LIMITED, current_tenant
+    from orchestrator.http._limits import HttpLimitsConfig
+    from orchestrator.http._logs import RateLimitedLog, limit_log_rate
+    from orchestrator.http._openapi import openapi_document
+    from orchestrator.http._server import HttpProtocol, HttpServer
 
 __all__ = [
     "MAX_BODY_BYTES",
