@@ -7,7 +7,9 @@ change, codes may not.
     │   ├── SettingsFileError              invalid_argument
     │   │   ├── PolicyFileError            invalid_argument
     │   │   ├── TenantsFileError           invalid_argument
-    │   │   └── ConfigFileError            invalid_argument
+    │   │   ├── ConfigFileError            invalid_argument
+    │   │   └── TemplateFileError          invalid_argument
+    │   ├── UnknownTemplateError           unknown_template
     │   ├── RegistryError                  invalid_argument
     │   └── BodyTooLargeError              invalid_argument (HTTP 413)
     ├── SessionNotFoundError               session_not_found
@@ -18,7 +20,8 @@ change, codes may not.
     │   └── ProcessCrashedError            process_crashed
     ├── AuditLogError                      internal
     ├── ImageError                         internal
-    │   └── ImageToolMissingError          invalid_argument
+    │   ├── ImageToolMissingError          invalid_argument
+    │   └── TemplateNotBuiltError          template_not_built
     └── BackendError                       internal
         ├── BackendUnavailableError        backend_unavailable
         └── ContainerNotFoundError         internal
@@ -30,6 +33,7 @@ in a result, never one of these.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, Final
 
 __all__ = [
@@ -53,7 +57,10 @@ __all__ = [
     "RegistryError",
     "SessionNotFoundError",
     "SettingsFileError",
+    "TemplateFileError",
+    "TemplateNotBuiltError",
     "TenantsFileError",
+    "UnknownTemplateError",
 ]
 
 ERROR_TYPES: Final = (
@@ -68,6 +75,8 @@ ERROR_TYPES: Final = (
     "policy",
     "busy",
     "backend_unavailable",
+    "unknown_template",
+    "template_not_built",
     "internal",
 )
 
@@ -116,6 +125,26 @@ class TenantsFileError(SettingsFileError):
 
 class ConfigFileError(SettingsFileError):
     """A ``serve --config`` file cannot be read or validated."""
+
+
+class TemplateFileError(SettingsFileError):
+    """A template file (or its lock or Dockerfile) cannot be read, parsed or validated."""
+
+
+class UnknownTemplateError(InvalidArgumentError):
+    """No template of that name is shipped or in the template directories; when a policy file
+    names it, the error names the file and the key."""
+
+    code = "unknown_template"
+
+    def __init__(
+        self, name: str, known: Sequence[str], *, file: str | None = None, key: str | None = None
+    ) -> None:
+        where = f"{file}: {key}: " if file is not None and key is not None else ""
+        super().__init__(f"{where}unknown template {name!r} (known: {', '.join(known)})")
+        self.name = name
+        self.file = file
+        self.key = key
 
 
 class RegistryError(InvalidArgumentError):
@@ -190,6 +219,13 @@ class ImageToolMissingError(ImageError):
     """A host tool needed to build the base image is not installed; names the package."""
 
     code = "invalid_argument"
+
+
+class TemplateNotBuiltError(ImageError):
+    """A policy's template has no image, and this backend builds none (set its image in the
+    configuration, or build it with ``sandhold image build --template NAME``)."""
+
+    code = "template_not_built"
 
 
 class BackendError(OrchestratorError):

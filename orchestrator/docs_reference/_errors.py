@@ -37,6 +37,10 @@ MEANINGS: Mapping[str, str] = {
     "the operation does not wait, as `pause` does not).",
     "backend_unavailable": "The container engine cannot be reached, or lacks what the policy "
     "needs (a runtime).",
+    "unknown_template": "The policy (the message names its file and key) or the request names an "
+    "image template that is neither shipped nor in the template directories.",
+    "template_not_built": "The policy's template has no image, and this backend builds none: "
+    "build it (`sandhold image build --template NAME`) or configure its image.",
     "internal": "A fault of sandhold itself; the message says no more, the server's log does.",
     "unauthenticated": "HTTP only: no API key, or not a valid one.",
     RATE_LIMITED: "HTTP only: too many wrong keys from this address, or too many connections "

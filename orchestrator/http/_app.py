@@ -43,12 +43,14 @@ MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 # about the work, and comes with 200 like a success.
 STATUS_BY_ERROR_TYPE: Final[Mapping[str, int]] = {
     "invalid_argument": 400,
+    "unknown_template": 400,
     "policy": 403,
     "session_not_found": 404,
     "busy": 409,
     "quota_exceeded": 429,
     "internal": 500,
     "backend_unavailable": 503,
+    "template_not_built": 503,
 }
 
 

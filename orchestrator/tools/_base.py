@@ -48,6 +48,8 @@ CALL_FAILURES: Final = frozenset(
         "quota_exceeded",
         "busy",
         "backend_unavailable",
+        "unknown_template",
+        "template_not_built",
         "internal",
         "unauthenticated",
     }
