@@ -26,3 +26,13 @@ def worker_dockerfile() -> Path:
 def worker_source_dir() -> Path:
     """The stdlib-only code copied into the image."""
     return _PACKAGE / "worker"
+
+
+def shipped_templates_dir() -> Path:
+    """The shipped image templates (``python-data.toml`` and its lock)."""
+    return data_root() / "images" / "templates"
+
+
+def template_dockerfile() -> Path:
+    """The Dockerfile that installs a template's locked wheels on top of its parent image."""
+    return data_root() / "images" / "Dockerfile.template"

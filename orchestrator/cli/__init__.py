@@ -12,7 +12,10 @@ __all__ = ["main"]
 
 # Each command and group: (name, module, attribute), in the order ``sandhold --help`` lists them. A
 # command's module is imported only when the command runs or all are listed, so ``sandhold mcp``
-# starts without the HTTP server, the image builder or the policy tools.
+# starts without the HTTP server, the image builder or the policy tools. And the modules are light:
+# at their top only typer, rich and what the options need; what a command does is imported inside
+# the function that does it, so listing every command (``--help``) imports none of that work
+# (tests/unit/test_cli_imports.py names what must stay out).
 GROUPS = (
     ("audit", "orchestrator.cli.audit", "audit_app"),
     ("image", "orchestrator.cli.image", "image_app"),

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.audit._log import verify
 from orchestrator.cli._common import reported_errors, stdout
 
 __all__ = ["audit_app", "audit_verify"]
@@ -30,6 +29,8 @@ def audit_verify(
 ) -> None:
     """Check every record's hash, sequence number and link to the one before it; exit 1 and
     name each problem (segment file, line, seq) if any."""
+    from orchestrator.audit._log import verify
+
     with reported_errors():
         report = verify(path, expect_head=head)
     for note in report.notes:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -24,7 +22,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator._core.tenants import LOCAL_KEY_FILE, data_dir, local_key
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, stdout
 from orchestrator.errors import BackendUnavailableError, InvalidArgumentError, OrchestratorError
 
@@ -64,6 +61,10 @@ class ServerClient:
         self._key = key
 
     def call(self, tool: str, arguments: Any, *, timeout: float = ANSWER_TIMEOUT) -> Answer:
+        # Here: http.client and ssl cost `sandhold --help`, which imports this module, ~10 ms.
+        import urllib.error
+        import urllib.request
+
         request = urllib.request.Request(  # noqa: S310 (the scheme is checked in _endpoint)
             self._endpoint(tool),
             data=json.dumps(arguments).encode(),
@@ -106,6 +107,8 @@ def resolve_key(key: str | None) -> str:
     tenant."""
     if key:
         return key
+    from orchestrator._core.tenants import LOCAL_KEY_FILE, data_dir, local_key
+
     directory = data_dir()
     if not (directory / LOCAL_KEY_FILE).exists():  # never make a key a server does not know
         raise InvalidArgumentError(

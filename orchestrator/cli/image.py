@@ -8,17 +8,19 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from orchestrator._core.config import OrchestratorConfig
-from orchestrator.backend.docker import DockerClient
 from orchestrator.cli._common import reported_errors, stderr, stdout, until_terminated
-from orchestrator.images import BuildProgress, ImageBuildResult, ensure_worker_image
-from orchestrator.images.prune import PruneResult, prune_worker_images
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator.images import BuildProgress, ImageBuildResult
+    from orchestrator.images.prune import PruneResult
 
 __all__ = ["with_image"]
 
@@ -91,6 +93,10 @@ def image_prune(
 
 
 async def _prune(dry_run: bool) -> PruneResult:
+    from orchestrator.backend.docker import DockerClient
+    from orchestrator.images import ensure_worker_image
+    from orchestrator.images.prune import prune_worker_images
+
     current = os.environ.get("SANDHOLD_IMAGE")
     client = DockerClient()
     try:
@@ -109,6 +115,8 @@ def _build_progress() -> Iterator[BuildProgress]:
     if not stderr.is_terminal:
         yield PlainBuildProgress()
         return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     columns = (
         SpinnerColumn(finished_text="[green]✓[/]"),
         TextColumn("{task.description:<16}"),
@@ -138,6 +146,9 @@ class PlainBuildProgress:
 async def _ensure_image(
     base_image: str | None, suite: str | None, progress: BuildProgress
 ) -> ImageBuildResult:
+    from orchestrator.backend.docker import DockerClient
+    from orchestrator.images import ensure_worker_image
+
     client = DockerClient()
     try:
         return await until_terminated(
@@ -153,6 +164,9 @@ async def with_image(config: OrchestratorConfig) -> OrchestratorConfig:
     (for commands whose stdout is not for people: mcp, serve, shell)."""
     if config.image is not None:
         return config
+    from orchestrator.backend.docker import DockerClient
+    from orchestrator.images import ensure_worker_image
+
     client = DockerClient()
     try:
         built = await ensure_worker_image(client, progress=PlainBuildProgress())

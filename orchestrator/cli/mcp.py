@@ -34,12 +34,12 @@ import typer
 
 from orchestrator.cli._common import reported_errors
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.mcp_server.handshake import EarlyAnswer, answer_initialize_early
 
 if TYPE_CHECKING:
     from orchestrator._api import Orchestrator
     from orchestrator._core.config import OrchestratorConfig
     from orchestrator.mcp_server.forward import RemoteSandhold
+    from orchestrator.mcp_server.handshake import EarlyAnswer
     from orchestrator.tools import ToolResult
 
 __all__ = ["mcp"]
@@ -82,6 +82,8 @@ def mcp(
     ] = None,
 ) -> None:
     """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
+    from orchestrator.mcp_server.handshake import answer_initialize_early
+
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s"
     )

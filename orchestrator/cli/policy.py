@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from orchestrator.cli._common import reported_errors, stdout
 from orchestrator.cli.policy_test import policy_diff, policy_explain, policy_test
-from orchestrator.policy.model import Policy, load_policy
+
+if TYPE_CHECKING:
+    from orchestrator.policy.model import Policy
 
 __all__ = ["policy_app", "policy_check"]
 
@@ -26,6 +28,8 @@ def policy_check(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Validate a policy and print the effective settings and their hash."""
+    from orchestrator.policy.model import load_policy
+
     with reported_errors():
         loaded = load_policy(policy)
     if as_json:

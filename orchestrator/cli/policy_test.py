@@ -8,33 +8,21 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
-from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, stderr, until_terminated
-from orchestrator.policy.model import load_policy
-from orchestrator.policy_ci.cases import load_cases
-from orchestrator.policy_ci.diff import RISK_ORDER, Change, Risk, diff
-from orchestrator.policy_ci.explain import Explanation, explain_code, explain_command
-from orchestrator.policy_ci.junit import junit_xml, write_junit
-from orchestrator.policy_ci.runner import (
-    DEFAULT_JOBS,
-    MAX_JOBS,
-    CasePlan,
-    CaseReport,
-    PolicyTarget,
-    PolicyTestRunner,
-    load_target,
-    plan,
-    summary,
-)
+from orchestrator.policy_ci.diff import RISK_ORDER, Risk
+from orchestrator.policy_ci.jobs import DEFAULT_JOBS, MAX_JOBS
+
+if TYPE_CHECKING:
+    from orchestrator.policy_ci.diff import Change
+    from orchestrator.policy_ci.explain import Explanation
+    from orchestrator.policy_ci.runner import CasePlan, CaseReport, PolicyTarget
 
 __all__ = ["policy_diff", "policy_explain", "policy_test"]
 
@@ -67,6 +55,10 @@ def policy_test(
     ] = DEFAULT_JOBS,
 ) -> None:
     """Run policy test cases in real sandboxes; exit 1 on any mismatch or error."""
+    from orchestrator.policy_ci.cases import load_cases
+    from orchestrator.policy_ci.junit import junit_xml, write_junit
+    from orchestrator.policy_ci.runner import load_target, plan
+
     with reported_errors():
         target = load_target(policy_or_dir)
         case_plan = plan(load_cases(cases), target)
@@ -83,6 +75,11 @@ def policy_test(
 
 
 async def _run_plan(target: PolicyTarget, case_plan: CasePlan, jobs: int) -> list[CaseReport]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator._api import Orchestrator, OrchestratorConfig
+    from orchestrator.policy_ci.runner import PolicyTestRunner
+
     config = OrchestratorConfig.from_env(
         policy_dirs=(target.directory,),
         orchestrator_id=f"sandhold-policy-test-{secrets.token_hex(4)}",
@@ -105,6 +102,10 @@ async def _run_plan(target: PolicyTarget, case_plan: CasePlan, jobs: int) -> lis
 def _show_reports(
     console: Console, reports: list[CaseReport], case_plan: CasePlan, elapsed: float
 ) -> None:
+    from rich.table import Table
+
+    from orchestrator.policy_ci.runner import summary
+
     table = Table(title="sandhold policy test", show_lines=False)
     for column in ("case", "policy", "expected", "got", "rule", "time", "result"):
         table.add_column(column, overflow="fold", no_wrap=column in ("time", "result"))
@@ -145,6 +146,9 @@ def policy_explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Which rule would decide some code or a command, and why, without running anything."""
+    from orchestrator.policy.model import load_policy
+    from orchestrator.policy_ci.explain import explain_code, explain_command
+
     if (code is None) == (command is None):
         typer.echo("error: invalid_argument: give exactly one of --code and --command", err=True)
         raise typer.Exit(EXIT_ERROR)
@@ -162,6 +166,8 @@ def policy_explain(
 
 
 def _show_explanation(console: Console, explanation: Explanation, policy_hash: str) -> None:
+    from rich.table import Table
+
     head = f"policy {explanation.policy!r} (hash {policy_hash[:12]}), {explanation.subject}"
     console.print(head, markup=False)
     error = f" ({explanation.error_type})" if explanation.error_type else ""
@@ -193,6 +199,9 @@ def policy_diff(
     ] = None,
 ) -> None:
     """What became allowed and what became denied between two policies, riskiest first."""
+    from orchestrator.policy.model import load_policy
+    from orchestrator.policy_ci.diff import diff
+
     with reported_errors():
         before, after = load_policy(old), load_policy(new)
     changes = diff(before, after)
@@ -212,6 +221,8 @@ def policy_diff(
 
 
 def _show_changes(console: Console, changes: list[Change]) -> None:
+    from rich.table import Table
+
     if not changes:
         console.print("no difference in effect")
         return

@@ -10,13 +10,15 @@ import secrets
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
 
-from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, until_terminated
+
+if TYPE_CHECKING:
+    from orchestrator._api import Orchestrator
 
 __all__ = ["run"]
 
@@ -64,6 +66,8 @@ def _given(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def _orchestrator() -> Orchestrator:
+    from orchestrator._api import Orchestrator, OrchestratorConfig
+
     return Orchestrator(
         OrchestratorConfig.from_env(
             orchestrator_id=f"sandhold-run-{secrets.token_hex(4)}"

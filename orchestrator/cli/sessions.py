@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
-from rich.table import Table
 
-from orchestrator._core.tenants import data_dir
-from orchestrator.backend.docker import DockerBackend
 from orchestrator.cli._common import reported_errors, stdout
-from orchestrator.registry.fleet import FleetEntry, kill_session, list_fleet
-from orchestrator.registry.store import read_owners
+
+if TYPE_CHECKING:
+    from orchestrator.registry.fleet import FleetEntry
 
 __all__ = ["kill", "ps"]
 
@@ -31,6 +29,11 @@ def ps(
     ] = None,
 ) -> None:
     """List every sandhold session container on this engine: owner, policy, age, memory."""
+    from rich.table import Table
+
+    from orchestrator._core.data_dir import data_dir
+    from orchestrator.registry.store import read_owners
+
     with reported_errors():
         owners = read_owners(registry or data_dir() / "registry.db")
         entries = anyio.run(_with_backend_list, owners)
@@ -63,6 +66,9 @@ def kill(
 
 
 async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[FleetEntry]:
+    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.registry.fleet import list_fleet
+
     backend = DockerBackend()
     try:
         return await list_fleet(backend, owners=owners)
@@ -71,6 +77,9 @@ async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[
 
 
 async def _with_backend_kill(session_id: str) -> int:
+    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.registry.fleet import kill_session
+
     backend = DockerBackend()
     try:
         return await kill_session(backend, session_id)

@@ -35,7 +35,6 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from orchestrator._api import Orchestrator, OrchestratorConfig
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, until_terminated
 from orchestrator.cli.call import ServerClient, resolve_key
 from orchestrator.cli.image import with_image
@@ -112,6 +111,8 @@ def shell(
 
 
 async def _local(console: Console, start: dict[str, Any]) -> int:
+    from orchestrator._api import Orchestrator, OrchestratorConfig
+
     config = OrchestratorConfig.from_env(orchestrator_id=f"sandhold-shell-{secrets.token_hex(4)}")
     config = config.side_by_side("shell", adopt=False)
     config = await with_image(config)

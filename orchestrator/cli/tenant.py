@@ -11,17 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator._core.tenant_admin import (
-    TENANTS_FILE,
-    add_tenant,
-    parse_quotas,
-    read_tenants,
-    rotate_key,
-)
-from orchestrator._core.tenants import data_dir
+from orchestrator._core.data_dir import TENANTS_FILE, data_dir
 from orchestrator.cli._common import reported_errors, stdout
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.policy.model import load_policy
 
 __all__ = ["default_tenants_file", "tenant_app"]
 
@@ -58,6 +50,8 @@ def tenant_add(
     tenants: TenantsOption = None,
 ) -> None:
     """Add a tenant with a new API key, printed once."""
+    from orchestrator._core.tenant_admin import add_tenant, parse_quotas
+
     path = tenants or default_tenants_file()
     with reported_errors():
         allowed = _policies(policies)
@@ -73,6 +67,8 @@ def tenant_rotate(
 ) -> None:
     """Give a tenant a new API key, printed once; the old one stops working once serve reloads
     (SIGHUP) or restarts."""
+    from orchestrator._core.tenant_admin import rotate_key
+
     path = tenants or default_tenants_file()
     with reported_errors():
         key = rotate_key(path, name)
@@ -86,6 +82,8 @@ def tenant_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The tenants: names, policies and quotas (never keys)."""
+    from orchestrator._core.tenant_admin import read_tenants
+
     path = tenants or default_tenants_file()
     with reported_errors():
         found = read_tenants(path)
@@ -108,6 +106,8 @@ def tenant_list(
 
 def _policies(text: str | None) -> tuple[str, ...] | None:
     """The policy names, each loaded once so that a typo is refused here, not at a create."""
+    from orchestrator.policy.model import load_policy
+
     if text is None:
         return None
     names = tuple(name.strip() for name in text.split(",") if name.strip())

@@ -3,9 +3,10 @@ do not care get ``NullProgress``. Methods are called from the event loop thread 
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
-__all__ = ["BuildProgress", "NullProgress"]
+__all__ = ["BuildProgress", "LoggingProgress", "NullProgress"]
 
 
 class BuildProgress(Protocol):
@@ -32,3 +33,21 @@ class NullProgress:
 
     def done(self, name: str) -> None:
         pass
+
+
+class LoggingProgress:
+    """Steps to a logger at INFO, tool lines at DEBUG: a build that a session's creation set
+    off (a template's first use) shows in the server's log, not on anyone's terminal."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self._log = logger
+        self._what = what
+
+    def step(self, name: str) -> None:
+        self._log.info("%s: %s", self._what, name)
+
+    def log(self, line: str) -> None:
+        self._log.debug("%s: %s", self._what, line)
+
+    def done(self, name: str) -> None:
+        self._log.info("%s: %s done", self._what, name)

@@ -29,7 +29,7 @@ from orchestrator.images._cache import cache_dir
 from orchestrator.images._process import run_tool
 from orchestrator.images.progress import BuildProgress
 
-__all__ = ["IMAGE_BUILD_LABEL", "fetch_wheels", "probe_python"]
+__all__ = ["IMAGE_BUILD_LABEL", "fetch_wheels", "probe_python", "run_probe"]
 
 # One pinned release: its abi3 wheels fit every CPython >= 3.6, so one pin serves every base.
 PSUTIL_VERSION = "7.2.2"
@@ -88,10 +88,11 @@ def _read_probe_cache(path: Path) -> PythonTarget | None:
         return None
 
 
-def _run_probe(sdk: Any, image_id: str) -> str:
+def _run_probe(sdk: Any, image_id: str, code: str = _PROBE_CODE) -> str:
+    """What ``python3 -c code`` prints in a throwaway container of ``image_id``."""
     container = sdk.containers.create(
         image_id,
-        ["python3", "-c", _PROBE_CODE],
+        ["python3", "-c", code],
         labels={LABEL_ORCHESTRATOR: IMAGE_BUILD_LABEL},
         network_mode="none",
         cap_drop=["ALL"],
@@ -113,6 +114,12 @@ def _run_probe(sdk: Any, image_id: str) -> str:
         return str(output)
     finally:
         container.remove(force=True)
+
+
+async def run_probe(client: DockerClient, image_id: str, code: str) -> str:
+    """Run ``python3 -c code`` once in a throwaway container of ``image_id`` (network none,
+    labelled, removed on every path) and return what it printed."""
+    return str(await client.call(_run_probe, image_id, code))
 
 
 async def fetch_wheels(target: PythonTarget, *, progress: BuildProgress) -> list[Path]:

@@ -11,19 +11,15 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio.from_thread
-
 from orchestrator._resources import worker_dockerfile, worker_source_dir
 from orchestrator.backend.docker import DockerClient, NotFoundError
 from orchestrator.errors import ImageError
-from orchestrator.images._process import TAIL_LINES
+from orchestrator.images._engine_build import build_blocking
 from orchestrator.images.progress import BuildProgress
 
 __all__ = [
@@ -148,20 +144,15 @@ def _build_blocking(
     context = Path(tempfile.mkdtemp(prefix="sandhold-worker-context-"))
     try:
         _write_context(context, inputs)
-        stream = sdk.api.build(
-            path=str(context),
-            dockerfile="Dockerfile",
+        build_blocking(
+            sdk,
+            context=context,
             tag=tag,
             buildargs={"BASE_IMAGE": base_ref},
-            labels=dict(labels),
-            network_mode="none",
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-            timeout=int(BUILD_TIMEOUT),
+            labels=labels,
+            progress=progress,
+            timeout=BUILD_TIMEOUT,
         )
-        _follow(stream, tag, progress)
     finally:
         shutil.rmtree(context, ignore_errors=True)
 
@@ -175,20 +166,3 @@ def _write_context(context: Path, inputs: BuildInputs) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             os.chmod(target, 0o644)
-
-
-def _follow(stream: Iterable[dict[str, Any]], tag: str, progress: BuildProgress) -> None:
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    deadline = time.monotonic() + BUILD_TIMEOUT
-    for chunk in stream:
-        for line in str(chunk.get("stream", "")).splitlines():
-            if line.strip():
-                tail.append(line.rstrip())
-                anyio.from_thread.run_sync(progress.log, line.rstrip())
-        if "error" in chunk:
-            raise ImageError(
-                f"building {tag} failed: {str(chunk['error']).strip()}",
-                hint="last build lines: " + " | ".join(tail) if tail else None,
-            )
-        if time.monotonic() > deadline:
-            raise ImageError(f"building {tag} took longer than {BUILD_TIMEOUT:.0f} s")
