@@ -43,13 +43,16 @@ class PythonReplManager(SessionManager):
         policy: str | None = None,
         tenant: str | None = None,
         env: Any = None,
+        session_env: Any = None,
     ) -> ExecuteResult:
         """Run ``code`` in the session (a new one without ``session_id``); ``env`` holds
         environment variables for this cell only."""
         check_code(code)
         if session_id is None:
             check_timeout(timeout_s, self.policy(check_policy_name(policy)))
-        session, created = await self.open_session(session_id, policy=policy, tenant=tenant)
+        session, created = await self.open_session(
+            session_id, policy=policy, tenant=tenant, session_env=session_env
+        )
         timeout = check_timeout(timeout_s, session.policy)
         call = current_call()
         async with self._turn(session):

@@ -278,6 +278,13 @@ RESULTS: Mapping[str, ResultShape] = {
     "files.list": ResultShape(SESSION, ListResult, {"entries": ResultShape(model=FileEntry)}),
     "files.upload": ResultShape(SESSION, UploadResult),
     "files.download": ResultShape(SESSION, DownloadResult),
+    "session.create": ResultShape(
+        {
+            "session_id": ("string", "The new session."),
+            **CREATED,
+            "policy": ("string", "The policy the session runs under."),
+        }
+    ),
     "session.pause": ResultShape({**SESSION, **PAUSE}),
     "session.resume": ResultShape({**SESSION, **PAUSE}),
     "session.share": ResultShape(

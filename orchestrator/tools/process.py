@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+from orchestrator.tools._env import CALL_ENV
 
 if TYPE_CHECKING:
     from orchestrator._core.manager import SessionManager
@@ -20,7 +21,7 @@ class ProcessStartArgs(ToolArgs):
     command: str = Field(description="Shell command line to run in the background (bash -c).")
     session_id: str = Field(description="The session to run it in.")
     cwd: str | None = Field(None, description="Working directory under /workspace.")
-    env: dict[str, str] | None = Field(None, description="Extra environment variables.")
+    env: dict[str, str] | None = Field(None, description=CALL_ENV)
     confirm_dangerous: bool = Field(
         False, description="Confirm a command the policy marks as dangerous."
     )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+from orchestrator.tools._env import SESSION_ENV_ON_CREATE
 
 if TYPE_CHECKING:
     from orchestrator._core.repl_operations import PythonReplManager
@@ -27,6 +28,7 @@ class ExecuteArgs(ToolArgs):
     policy: str | None = Field(
         None, description="Policy for a new session (only without session_id)."
     )
+    session_env: dict[str, str] | None = Field(None, description=SESSION_ENV_ON_CREATE)
 
 
 class ReplSessionArgs(ToolArgs):
@@ -54,6 +56,7 @@ async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArg
         timeout_s=args.timeout_s,
         policy=args.policy,
         tenant=tenant,
+        session_env=args.session_env,
     )
     return result.model_dump()
 

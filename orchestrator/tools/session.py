@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from orchestrator.policy.arguments import check_policy_name
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+from orchestrator.tools._env import SESSION_ENV
 
 if TYPE_CHECKING:
     from orchestrator._core.manager import SessionManager
@@ -16,6 +18,19 @@ __all__ = ["SESSION_TOOL"]
 
 class SessionArgs(ToolArgs):
     session_id: str = Field(description="The session.")
+
+
+class CreateArgs(ToolArgs):
+    policy: str | None = Field(
+        None, description="Policy of the new session (default: the orchestrator's)."
+    )
+    env: dict[str, str] | None = Field(None, description=SESSION_ENV)
+
+
+async def _create(orch: SessionManager, tenant: str | None, args: CreateArgs) -> Fields:
+    policy = check_policy_name(args.policy)
+    session = await orch.create_session(policy=policy, tenant=tenant, env=args.env)
+    return {"session_id": session.id, "created_new_session": True, "policy": session.policy.name}
 
 
 async def _pause(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
@@ -52,16 +67,18 @@ async def _close_owner(orch: SessionManager, tenant: str | None, args: CloseOwne
 SESSION_TOOL = Tool(
     name="session",
     title="Session control",
-    idempotent=True,
     description=(
-        "Whole-session and owner operations: pause freezes every process of a session (its "
-        "state and files kept); resume thaws it (any other call on a paused session does too). "
+        "Whole-session and owner operations: create makes a session (with a policy and an env "
+        "every process in it sees) without running anything; pause freezes every process of a "
+        "session (its state and files kept); resume thaws it (any other call on a paused "
+        "session does too). "
         "share grants listed actions on one of your task's terminals to another task of your "
         "tenant; close_owner ends everything a task owns and closes the task."
     ),
     operations={
         op.name: op
         for op in (
+            Operation("create", "make a new session, ready for work", CreateArgs, _create),
             Operation("pause", "freeze the session until its next call", SessionArgs, _pause),
             Operation("resume", "thaw a paused session", SessionArgs, _resume),
             Operation("share", "grant actions on a terminal to another task", ShareArgs, _share),

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from orchestrator.policy.commands import enforce
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
+from orchestrator.tools._env import CALL_ENV, SESSION_ENV_ON_CREATE
 
 if TYPE_CHECKING:
     from orchestrator._core.manager import SessionManager
@@ -19,6 +20,7 @@ TERMINAL = "terminal"
 TERMINAL_ID = Field(description="A terminal id from `start`.")
 SESSION_ID = Field(None, description="Session to use; omit to create a new session.")
 POLICY = Field(None, description="Policy for a new session (only without session_id).")
+NEW_SESSION_ENV = Field(None, description=SESSION_ENV_ON_CREATE)
 CONFIRM = Field(False, description="Confirm a command the policy marks as dangerous.")
 SINCE_SEQ = Field(None, description="Return output after this chunk sequence number.")
 SINCE_OFFSET = Field(None, description="Return output after this byte offset.")
@@ -32,7 +34,8 @@ class TerminalStartArgs(ToolArgs):
     policy: str | None = POLICY
     use_pty: bool = Field(True, description="Run in a pseudo-terminal (else pipes).")
     cwd: str | None = Field(None, description="Working directory under /workspace.")
-    env: dict[str, str] | None = Field(None, description="Extra environment variables.")
+    env: dict[str, str] | None = Field(None, description=CALL_ENV)
+    session_env: dict[str, str] | None = NEW_SESSION_ENV
     yield_time_ms: int = Field(1000, description="Return after this long at the latest.")
     max_bytes: int | None = MAX_BYTES
     max_output_chars: int | None = MAX_CHARS
@@ -77,6 +80,8 @@ class RunArgs(ToolArgs):
     session_id: str | None = SESSION_ID
     policy: str | None = POLICY
     timeout_s: float | None = Field(None, description="Seconds before it is interrupted.")
+    env: dict[str, str] | None = Field(None, description=CALL_ENV)
+    session_env: dict[str, str] | None = NEW_SESSION_ENV
     confirm_dangerous: bool = CONFIRM
 
 
@@ -88,7 +93,9 @@ async def _command_session(
     if args.session_id is None:
         policy = orch.policy(args.policy)
         enforce(args.command, policy, confirm_dangerous=args.confirm_dangerous)
-    return await orch.open_session(args.session_id, policy=args.policy, tenant=tenant)
+    return await orch.open_session(
+        args.session_id, policy=args.policy, tenant=tenant, session_env=args.session_env
+    )
 
 
 async def _start(orch: SessionManager, tenant: str | None, args: TerminalStartArgs) -> Fields:
@@ -161,7 +168,10 @@ async def _resize(orch: SessionManager, tenant: str | None, args: ResizeArgs) ->
 async def _run(orch: SessionManager, tenant: str | None, args: RunArgs) -> Fields:
     session, created = await _command_session(orch, tenant, args)
     result = await session.shell.run(
-        args.command, timeout_s=args.timeout_s, confirm_dangerous=args.confirm_dangerous
+        args.command,
+        timeout_s=args.timeout_s,
+        env=args.env,
+        confirm_dangerous=args.confirm_dangerous,
     )
     fields: dict[str, Any] = {
         "session_id": session.id,
