@@ -6,16 +6,13 @@ from __future__ import annotations
 
 __all__ = ["CALL_ENV", "SESSION_ENV", "SESSION_ENV_ON_CREATE"]
 
-_RULES = (
-    "Names are [A-Za-z_][A-Za-z0-9_]*; the policy refuses some (LD_*, PATH, PYTHON*...: "
-    "error_type policy); values are strings without NUL."
-)
+_REFUSED = "some names (LD_*, PATH, PYTHON*...) are refused (error_type policy)."
 SESSION_ENV = (
-    "Environment variables of the new session: every process in it sees them (the REPL, the "
-    f"shell, terminals, background processes). {_RULES}"
+    "Environment variables every process of the new session sees (the REPL, the shell, "
+    f"terminals, background processes); {_REFUSED}"
 )
 SESSION_ENV_ON_CREATE = (
-    "Environment variables of a new session (only without session_id): every process in it "
-    f"sees them (the REPL, the shell, terminals, background processes). {_RULES}"
+    "Environment variables of a new session (only without session_id), seen by every process "
+    f"in it; {_REFUSED}"
 )
-CALL_ENV = f"Environment variables for this command only, over the session's env. {_RULES}"
+CALL_ENV = f"Environment variables for this command only, over the session's; {_REFUSED}"
