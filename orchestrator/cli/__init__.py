@@ -3,6 +3,7 @@ it returns; an sandhold error becomes one line ``error: <code>: <message>`` and 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -93,6 +94,10 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    finally:
+        # The command is done and nothing it left needs collecting: without this, the
+        # interpreter's teardown walks every object the imports made (~50 ms of `sandhold ps`).
+        gc.freeze()
 
 
 if __name__ == "__main__":
