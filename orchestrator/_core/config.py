@@ -20,7 +20,12 @@ from orchestrator.errors import InvalidArgumentError
 class OrchestratorConfig:
     default_policy: str = "default"
     policy_dirs: tuple[Path, ...] = ()
+    # The image of the ``base`` template: None builds it (Docker), a tag uses that image.
     image: str | None = None
+    # Folders of user image templates (``NAME.toml`` each); None: ``<data dir>/templates``.
+    template_dirs: tuple[Path, ...] | None = None
+    # Images to use for other templates instead of building them: template name -> image.
+    template_images: Mapping[str, str] = field(default_factory=dict)
     # The id on every container's labels. None: the registry's (made once and kept there), or
     # a fresh one when the registry lives in memory.
     orchestrator_id: str | None = None
@@ -53,7 +58,8 @@ class OrchestratorConfig:
         build), ``SANDHOLD_POLICY`` (default policy), ``SANDHOLD_ORCHESTRATOR_ID`` (the id on every
         container's labels), ``SANDHOLD_EXTRA_LABELS`` (``k=v,k2=v2`` added to every container),
         ``SANDHOLD_AUDIT_DIR`` (keep an audit log there), ``SANDHOLD_REGISTRY`` (the registry's
-        file). Explicit ``settings`` win."""
+        file), ``SANDHOLD_TEMPLATES`` (template folders, ``:``-separated). Explicit ``settings``
+        win."""
         env: dict[str, Any] = {}
         if image := os.environ.get("SANDHOLD_IMAGE"):
             env["image"] = image
@@ -67,7 +73,15 @@ class OrchestratorConfig:
             env["audit_dir"] = Path(audit_dir)
         if registry := os.environ.get("SANDHOLD_REGISTRY"):
             env["registry_path"] = Path(registry)
+        if templates := os.environ.get("SANDHOLD_TEMPLATES"):
+            env["template_dirs"] = tuple(Path(p) for p in templates.split(":") if p)
         return cls(**(env | settings))
+
+    def user_template_dirs(self) -> tuple[Path, ...]:
+        """Where user templates are read from: ``template_dirs``, else ``<data dir>/templates``."""
+        if self.template_dirs is not None:
+            return self.template_dirs
+        return (data_dir() / "templates",)
 
     def side_by_side(self, kind: str, *, adopt: bool) -> OrchestratorConfig:
         """For a command of which several may run at once (``mcp``, ``run``, ``shell``): a

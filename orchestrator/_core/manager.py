@@ -52,7 +52,9 @@ from orchestrator.errors import (
     InvalidArgumentError,
     PolicyViolationError,
     SessionNotFoundError,
+    TemplateNotBuiltError,
 )
+from orchestrator.images.templates import BASE, TemplateCatalog, load_catalog
 from orchestrator.policy.arguments import (
     check_policy_name,
     check_session_id,
@@ -80,6 +82,11 @@ class SessionManager:
         self.config = config or OrchestratorConfig()
         self.backend = backend or _docker_backend()
         self._image = self.config.image
+        # Templates by name (read on first use, again on reload) and the image of each that is
+        # known (configured, found current or built); a lock each, so one build serves all.
+        self._catalog: TemplateCatalog | None = None
+        self._template_images: dict[str, str] = dict(self.config.template_images)
+        self._template_locks: dict[str, anyio.Lock] = {}
         self._registry = Registry(self.config.registry_path)
         self._table = SessionTable(self._registry)
         self.metrics = Metrics(
@@ -219,8 +226,16 @@ class SessionManager:
     def policy(self, name: str | None) -> Policy:
         name = name or self.config.default_policy
         if name not in self._policies:
-            self._policies[name] = load_policy(name, search_dirs=self.config.policy_dirs)
+            self._policies[name] = load_policy(
+                name, search_dirs=self.config.policy_dirs, templates=self.templates().names()
+            )
         return self._policies[name]
+
+    def templates(self) -> TemplateCatalog:
+        """The image templates: shipped, and those of the template directories."""
+        if self._catalog is None:
+            self._catalog = load_catalog(self.config.user_template_dirs())
+        return self._catalog
 
     def _tool_operations(self) -> dict[str, list[str]]:
         """The tools and operations the call metrics count by name (the manager knows no tool;
@@ -250,7 +265,14 @@ class SessionManager:
         stay)."""
         names = {self.config.default_policy, *self._pools}
         dirs = self.config.policy_dirs
-        self._policies = {name: load_policy(name, search_dirs=dirs) for name in names}
+        catalog = load_catalog(self.config.user_template_dirs())
+        known = catalog.names()
+        self._policies = {
+            name: load_policy(name, search_dirs=dirs, templates=known) for name in names
+        }
+        # A template file may have changed: its image is looked up again on next use.
+        self._catalog = catalog
+        self._template_images = dict(self.config.template_images)
         if tenants is not None:
             self.config = dataclasses.replace(self.config, tenants=tenants)
         for name, pool in self._pools.items():
@@ -335,14 +357,16 @@ class SessionManager:
         self._table.add(session)
         return session
 
-    async def _new_session(self, tenant: str, policy: Policy) -> Session:
-        """A session built cold: its container created and started, its worker ready."""
+    async def _new_session(self, tenant: str, policy: Policy, *, preload: bool = False) -> Session:
+        """A session built cold: its container created and started, its worker ready (with
+        ``preload``, its template's modules imported: a warm pool's sessions)."""
         task_group = self._task_group
         if self._image is None or task_group is None:
             raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
+        image = await self._image_for(policy)
         session_id = new_session_id()
         spec = ContainerSpec(
-            image=self._image,
+            image=image,
             policy=policy,
             session_id=session_id,
             tenant=tenant,
@@ -362,6 +386,8 @@ class SessionManager:
             )
             try:
                 await session.repl.start()
+                if preload:
+                    await self._preload(session)
                 await task_group.start(session.terminals.serve)
             except BaseException:
                 await session.aclose(self.backend)  # shielded: the container never outlives this
@@ -369,6 +395,30 @@ class SessionManager:
         finally:
             self._building.discard(session_id)
         return session
+
+    async def _image_for(self, policy: Policy) -> str:
+        """The image of the policy's template: the worker image for ``base``; for another, the
+        configured one, else the current one, built on first use (Docker) with its progress in
+        the log; one build at a time per template, whoever else waits for it."""
+        name = policy.image.template
+        if name == BASE:
+            assert self._image is not None
+            return self._image
+        if name not in self._template_images:
+            lock = self._template_locks.setdefault(name, anyio.Lock())
+            async with lock:
+                if name not in self._template_images:
+                    tag = await _template_image(self.backend, self.templates(), name, self._image)
+                    self._template_images[name] = tag
+        return self._template_images[name]
+
+    async def _preload(self, session: Session) -> None:
+        modules = self.templates().get(session.policy.image.template).preload
+        if not modules:
+            return
+        answer = await session.repl.preload(modules)
+        if answer.skipped:
+            log.info("pooled session %s did not preload: %s", session.id, "; ".join(answer.skipped))
 
     # -- reconcile ------------------------------------------------------------------------
 
@@ -407,7 +457,7 @@ class SessionManager:
         pool = WarmPool(
             effective,
             size,
-            build=lambda policy: self._new_session(POOL_TENANT, policy),
+            build=lambda policy: self._new_session(POOL_TENANT, policy, preload=True),
             discard=self._discard_pooled,
         )
         self._pools[effective.name] = pool
@@ -687,3 +737,29 @@ async def _worker_image(backend: Backend) -> str:
     from orchestrator.images import ensure_worker_image
 
     return (await ensure_worker_image(backend.client)).tag
+
+
+async def _template_image(
+    backend: Backend, catalog: TemplateCatalog, name: str, base_tag: str | None
+) -> str:
+    """The current image of template ``name``, built when missing, on a Docker engine; any
+    other backend builds none and needs ``config.template_images``."""
+    from orchestrator.backend.docker import DockerBackend
+
+    catalog.get(name)  # an unknown name says so before anything else
+    if not isinstance(backend, DockerBackend) or base_tag is None:
+        raise TemplateNotBuiltError(
+            f"template {name!r} has no image, and a {type(backend).__name__} builds none",
+            hint=f"set OrchestratorConfig.template_images[{name!r}]",
+        )
+    from orchestrator.images.progress import LoggingProgress
+    from orchestrator.images.template_build import ensure_template_image
+
+    built = await ensure_template_image(
+        backend.client,
+        catalog,
+        name,
+        base_tag=base_tag,
+        progress=LoggingProgress(log, f"template {name}"),
+    )
+    return built.tag

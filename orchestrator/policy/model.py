@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from orchestrator._resources import shipped_policies_dir
-from orchestrator.errors import PolicyFileError
+from orchestrator.errors import PolicyFileError, UnknownTemplateError
 from orchestrator.policy._validation import first_problem
 
 __all__ = ["Policy", "PolicyName", "load_policy", "shipped_policy_names"]
@@ -36,6 +36,7 @@ ModuleName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 ]
 BuiltinName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+TemplateName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
 
 MIB = 1024 * 1024
 # Deep enough for any real policy chain, shallow enough that a cycle is reported at once.
@@ -44,6 +45,17 @@ MAX_EXTENDS_DEPTH = 8
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageConfig(_Section):
+    """The image sessions run from."""
+
+    template: TemplateName = Field(
+        "base",
+        description="The image template: `base` (Python and the worker), `python-data` (numpy, "
+        "pandas, matplotlib, scipy, pillow), or one from the template directories. A name no "
+        "template has is refused when the policy loads.",
+    )
 
 
 class ResourcesConfig(_Section):
@@ -293,6 +305,7 @@ class Policy(_Section):
         description="The container runtime: `runsc` is gVisor, which the engine must have "
         "registered; unset: the engine's default.",
     )
+    image: ImageConfig = Field(ImageConfig(), description="The image sessions run from.")
     resources: ResourcesConfig = Field(ResourcesConfig(), description="Container limits.")
     network: NetworkConfig = Field(NetworkConfig(), description="Network access.")
     timeouts: TimeoutsConfig = Field(TimeoutsConfig(), description="Durations, in seconds.")
@@ -306,8 +319,12 @@ class Policy(_Section):
     def hash(self) -> str:
         """sha256 of the effective settings; goes on container labels and into the audit log."""
         data = self.model_dump(mode="json", exclude={"extends", "description"})
+        if self.image == ImageConfig():
+            # Policies on the default image keep the hashes they had before templates existed.
+            del data["image"]
         if self.env == EnvConfig():
             del data["env"]  # the default env rules: the hash it had before they existed
+
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -316,10 +333,17 @@ def shipped_policy_names() -> list[str]:
     return sorted(path.stem for path in shipped_policies_dir().glob("*.toml"))
 
 
-def load_policy(ref: str | Path, *, search_dirs: Sequence[Path] = ()) -> Policy:
-    """Load a policy by name (looked up in ``search_dirs``, then the shipped ones) or by path."""
+def load_policy(
+    ref: str | Path,
+    *,
+    search_dirs: Sequence[Path] = (),
+    templates: Collection[str] | None = None,
+) -> Policy:
+    """Load a policy by name (looked up in ``search_dirs``, then the shipped ones) or by path.
+    With ``templates`` (the names the orchestrator knows), a file naming any other template is
+    refused, naming that file and ``image.template``."""
     path = _locate(ref, search_dirs)
-    merged = _load_chain(path, [*search_dirs, shipped_policies_dir()], seen=[])
+    merged = _load_chain(path, [*search_dirs, shipped_policies_dir()], seen=[], templates=templates)
     merged["extends"] = None
     return _validate(merged, file=str(path))
 
@@ -336,7 +360,9 @@ def _locate(ref: str | Path, search_dirs: Sequence[Path]) -> Path:
     raise PolicyFileError(text, "name", f"no policy of this name (shipped: {known})")
 
 
-def _load_chain(path: Path, dirs: list[Path], *, seen: list[Path]) -> dict[str, Any]:
+def _load_chain(
+    path: Path, dirs: list[Path], *, seen: list[Path], templates: Collection[str] | None
+) -> dict[str, Any]:
     resolved = path.resolve()
     if resolved in seen:
         chain = " -> ".join(p.name for p in [*seen, resolved])
@@ -345,12 +371,15 @@ def _load_chain(path: Path, dirs: list[Path], *, seen: list[Path]) -> dict[str, 
         raise PolicyFileError(str(path), "extends", f"deeper than {MAX_EXTENDS_DEPTH} levels")
     raw = _read_toml(path)
     raw.setdefault("name", path.stem)
-    _validate(raw, file=str(path))
+    checked = _validate(raw, file=str(path))
+    if templates is not None and "image" in raw and checked.image.template not in templates:
+        name = checked.image.template
+        raise UnknownTemplateError(name, sorted(templates), file=str(path), key="image.template")
     parent_name = raw.get("extends")
     if parent_name is None:
         return raw
     parent_path = _locate(parent_name, [path.parent, *dirs])
-    parent = _load_chain(parent_path, dirs, seen=[*seen, resolved])
+    parent = _load_chain(parent_path, dirs, seen=[*seen, resolved], templates=templates)
     return _merge(parent, raw)
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import PolicyFileError
+from orchestrator.errors import PolicyFileError, UnknownTemplateError
 from orchestrator.policy.model import load_policy, shipped_policy_names
 
 
@@ -15,7 +15,7 @@ def write(path: Path, text: str) -> Path:
 
 def test_every_shipped_policy_loads_and_has_a_stable_hash() -> None:
     names = shipped_policy_names()
-    assert names == ["default", "shell", "strict", "unrestricted-python"]
+    assert names == ["default", "python-data", "shell", "strict", "unrestricted-python"]
     for name in names:
         assert load_policy(name).hash == load_policy(name).hash
     assert len({load_policy(name).hash for name in names}) == len(names)
@@ -95,3 +95,50 @@ def test_a_missing_file_is_an_invalid_argument(tmp_path: Path) -> None:
     with pytest.raises(PolicyFileError) as caught:
         load_policy(tmp_path / "absent.toml")
     assert caught.value.reason == "file not found"
+
+
+def test_a_policy_names_its_image_template_and_base_is_the_default() -> None:
+    assert load_policy("default").image.template == "base"
+    data = load_policy("python-data")
+    assert data.image.template == "python-data"
+    assert data.python.mode == "unrestricted"
+    # The container hardening is the default's: only the image, memory and the REPL differ.
+    default = load_policy("default")
+    assert data.shell == default.shell and data.network == default.network
+    assert data.timeouts == default.timeouts and data.output == default.output
+
+
+def test_a_template_changes_the_hash_and_the_default_image_leaves_it_as_it_was(
+    tmp_path: Path,
+) -> None:
+    same = write(tmp_path / "same.toml", 'extends = "default"\n[image]\ntemplate = "base"\n')
+    other = write(tmp_path / "other.toml", 'extends = "default"\n[image]\ntemplate = "x-y"\n')
+    base = load_policy("default")
+    assert load_policy(same).model_copy(update={"name": "default"}).hash == base.hash
+    assert load_policy(other).model_copy(update={"name": "default"}).hash != base.hash
+
+
+def test_an_unknown_template_is_refused_naming_the_file_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.toml", 'extends = "default"\n[image]\ntemplate = "nope"\n')
+    with pytest.raises(UnknownTemplateError) as caught:
+        load_policy(path, templates=["base", "python-data"])
+    assert caught.value.code == "unknown_template"
+    assert caught.value.file == str(path) and caught.value.key == "image.template"
+    assert "base, python-data" in str(caught.value)
+    # Without the orchestrator's list, only the name's form is checked.
+    assert load_policy(path).image.template == "nope"
+
+
+def test_a_template_named_in_a_parent_file_is_refused_in_that_file(tmp_path: Path) -> None:
+    parent = write(tmp_path / "parent.toml", '[image]\ntemplate = "gone"\n')
+    write(tmp_path / "child.toml", 'extends = "parent"\n')
+    with pytest.raises(UnknownTemplateError) as caught:
+        load_policy("child", search_dirs=[tmp_path], templates=["base"])
+    assert caught.value.file == str(parent)
+
+
+def test_a_template_name_is_lower_case_letters_digits_and_dashes(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.toml", '[image]\ntemplate = "Not/Ok"\n')
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(path)
+    assert caught.value.key == "image.template"
