@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
     from orchestrator._core.config import OrchestratorConfig
     from orchestrator.images import BuildProgress, ImageBuildResult
+    from orchestrator.images.listing import TemplateRow
     from orchestrator.images.prune import PruneResult
 
 __all__ = ["with_image"]
@@ -66,11 +68,53 @@ def image_build(
         str | None,
         typer.Option(help="Debian suite for the debootstrapped base (default: this host's)."),
     ] = None,
+    template: Annotated[
+        str,
+        typer.Option(
+            help="The template to build: base (the worker image), python-data, or "
+            "one of the template directories."
+        ),
+    ] = "base",
+    templates: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A folder of user templates (NAME.toml); repeatable (default: env "
+            "SANDHOLD_TEMPLATES, then <data dir>/templates)."
+        ),
+    ] = None,
 ) -> None:
-    """Build the worker image (and its base when needed); prints the image tag."""
+    """Build the worker image (and its base when needed), or a template on top of it; prints
+    the image tag."""
     with reported_errors(), _build_progress() as progress:
         result = anyio.run(_ensure_image, base_image, suite, progress)
-    stdout.print(result.tag, markup=False)
+        tag = result.tag
+        if template != "base":
+            tag = anyio.run(_ensure_template, template, tag, templates, progress)
+    stdout.print(tag, markup=False)
+
+
+@image_app.command("list")
+def image_list(
+    templates: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A folder of user templates (NAME.toml); repeatable (default: env "
+            "SANDHOLD_TEMPLATES, then <data dir>/templates)."
+        ),
+    ] = None,
+) -> None:
+    """Every template, built or not, with its current tag, size and age (the worker image,
+    SANDHOLD_IMAGE or the one `image build` makes, is built first if missing)."""
+    from rich.table import Table
+
+    from orchestrator.cli._image_templates import describe_rows
+
+    with reported_errors():
+        found = anyio.run(_template_rows, templates)
+    table = Table("template", "kind", "state", "tag", "size", "age", "from", "description")
+    for cells in describe_rows(found):
+        table.add_row(*cells)
+    stdout.print(table)
 
 
 @image_app.command("prune")
@@ -94,6 +138,7 @@ def image_prune(
 
 async def _prune(dry_run: bool) -> PruneResult:
     from orchestrator.backend.docker import DockerClient
+    from orchestrator.cli._image_templates import current_template_tags
     from orchestrator.images import ensure_worker_image
     from orchestrator.images.prune import prune_worker_images
 
@@ -103,7 +148,8 @@ async def _prune(dry_run: bool) -> PruneResult:
         if current is None:
             built = await ensure_worker_image(client, progress=PlainBuildProgress())
             current = built.tag
-        return await prune_worker_images(client, current=current, dry_run=dry_run)
+        keep = await current_template_tags(client, current)
+        return await prune_worker_images(client, current=current, keep=keep, dry_run=dry_run)
     finally:
         with anyio.CancelScope(shield=True):
             await client.aclose()
@@ -154,6 +200,36 @@ async def _ensure_image(
         return await until_terminated(
             ensure_worker_image(client, base_image=base_image, suite=suite, progress=progress)
         )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _ensure_template(
+    name: str, base_tag: str, dirs: list[Path] | None, progress: BuildProgress
+) -> str:
+    from orchestrator.backend.docker import DockerClient
+    from orchestrator.cli._image_templates import build_template
+
+    client = DockerClient()
+    try:
+        return await until_terminated(build_template(client, name, base_tag, dirs, progress))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _template_rows(dirs: list[Path] | None) -> list[TemplateRow]:
+    from orchestrator.backend.docker import DockerClient
+    from orchestrator.cli._image_templates import rows
+    from orchestrator.images import ensure_worker_image
+
+    client = DockerClient()
+    try:
+        base = os.environ.get("SANDHOLD_IMAGE")
+        if base is None:
+            base = (await ensure_worker_image(client, progress=PlainBuildProgress())).tag
+        return await rows(client, base, dirs)
     finally:
         with anyio.CancelScope(shield=True):
             await client.aclose()
