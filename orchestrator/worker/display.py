@@ -257,6 +257,15 @@ class Display:
         if results is not None:
             results.add_open_figures()
 
+    def show_function(self) -> Any:
+        """``show`` as a plain function: pyplot sets ``__signature__`` on its ``show`` when it
+        switches backend (the first figure), which a bound method refuses."""
+
+        def show(*args: object, **kwargs: object) -> None:
+            self.show(*args, **kwargs)
+
+        return show
+
     def install(self, namespace_builtins: object) -> None:
         """``display`` among the builtins cells run with, and the pyplot hook."""
         if isinstance(namespace_builtins, dict):
@@ -265,7 +274,7 @@ class Display:
             builtins.display = self.display  # type: ignore[attr-defined]
         pyplot = sys.modules.get(_PYPLOT)
         if pyplot is not None:
-            pyplot.show = self.show
+            pyplot.show = self.show_function()
         elif not any(isinstance(finder, _PyplotHook) for finder in sys.meta_path):
             sys.meta_path.insert(0, _PyplotHook(self))
 
@@ -297,4 +306,4 @@ class _ShowPatchingLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        module.show = self._display.show  # type: ignore[attr-defined]
+        module.show = self._display.show_function()  # type: ignore[attr-defined]
