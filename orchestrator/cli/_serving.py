@@ -243,7 +243,10 @@ async def _serve(plan: _Plan, run: _Run) -> None:
         # A signal that came while the orchestrator started: serve nothing, just tear down.
         run.server.should_exit = bool(run.received)
         url = _url(plan.listener)
-        typer.echo(f"sandhold: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp)")
+        typer.echo(
+            f"sandhold: listening on {url} (REST /v1, OpenAPI /openapi.json, MCP /mcp, "
+            "operations page /ui)"
+        )
         typer.echo(f"sandhold: {plan.notice}")
         summary = orchestrator.last_reconcile.summary()
         typer.echo(f"sandhold: registry {config.registry_path}: {summary}")
