@@ -5,7 +5,7 @@ OpenAPI document are made from the same facts."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -38,6 +38,13 @@ class RestRoute:
     body: bool = False
     # Arguments of the operation this route does not offer (they belong to another route).
     omit: tuple[str, ...] = ()
+    # The query arguments that are integers. Read from the operation's JSON schema once, here:
+    # made per request, the schema was half the cost of a REST execute (~0.5 ms).
+    query_integers: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        integers = integer_arguments(self.operation_spec) if self.query else frozenset()
+        object.__setattr__(self, "query_integers", integers & frozenset(self.query))
 
     @property
     def operation_spec(self) -> Operation:
@@ -64,11 +71,10 @@ class RestRoute:
             if taken:
                 raise InvalidArgumentError(f"not a body field of this route: {', '.join(taken)}")
             arguments.update(body)
-        integers = integer_arguments(self.operation_spec)
         for name in self.query:
             if name in query:
                 value = query[name]
-                number = query_integer(value) if name in integers else None
+                number = query_integer(value) if name in self.query_integers else None
                 arguments[name] = value if number is None else number
         arguments.update({name: path[name] for name in self.path_params})
         arguments["operation"] = self.operation
