@@ -35,9 +35,10 @@ __all__ = [
     "SAMPLE_INTERVAL",
     "STATS_CONCURRENCY",
     "WATCH_TIMEOUT",
-    "Usage",
+    "SessionUsage",
     "UsageSampler",
     "session_row",
+    "session_state",
 ]
 
 # Engine client threads the sampler may hold at once: a quarter of the client's 16, so the
@@ -52,7 +53,7 @@ MIB: Final = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Usage:
+class SessionUsage:
     """One session's latest figures."""
 
     cpu_percent: float | None
@@ -65,7 +66,7 @@ class Usage:
 class _Sample:
     cpu_seconds: float
     at: float  # the sampler's clock
-    usage: Usage
+    usage: SessionUsage
 
 
 Containers = Callable[[], Mapping[str, str]]
@@ -92,7 +93,7 @@ class UsageSampler:
         self._asked = -WATCH_TIMEOUT
         self._running = False
 
-    def usage(self, session_id: str) -> Usage | None:
+    def usage(self, session_id: str) -> SessionUsage | None:
         sample = self._samples.get(session_id)
         return None if sample is None else sample.usage
 
@@ -137,7 +138,7 @@ class UsageSampler:
         cpu_percent = None
         if before is not None and at > before.at and cpu_seconds >= before.cpu_seconds:
             cpu_percent = round((cpu_seconds - before.cpu_seconds) / (at - before.at) * 100, 1)
-        usage = Usage(
+        usage = SessionUsage(
             cpu_percent=cpu_percent,
             memory_mb=round(stats.get("memory_bytes", 0.0) / MIB, 1),
             memory_limit_mb=round(stats.get("memory_limit_bytes", 0.0) / MIB, 1),
@@ -150,7 +151,7 @@ def session_state(session: Session) -> str:
     return "paused" if session.paused else "busy" if session.busy else "idle"
 
 
-def session_row(session: Session, usage: Usage | None, now: datetime) -> dict[str, Any]:
+def session_row(session: Session, usage: SessionUsage | None, now: datetime) -> dict[str, Any]:
     """One session as the overview shows it (``usage`` None: not sampled yet)."""
     return {
         "session_id": session.id,
