@@ -60,7 +60,8 @@ async def main(rounds: int) -> None:
 
         async def no_figure() -> None:
             result = await orch.execute(NO_FIGURE, session_id=sid)
-            assert result.success and not result.results, result
+            assert result.success, result
+            assert not result.results, result
 
         async def one_plus_one() -> None:
             assert (await orch.execute("1+1", session_id=sid)).result_repr == "2"

@@ -19,6 +19,7 @@ from orchestrator.policy.arguments import (
     check_timeout,
     check_variable,
 )
+from orchestrator.policy.env import check_env
 from orchestrator.session.repl.interpreter import ExecuteOutcome
 from orchestrator.session.repl.protocol import InspectReply, ListVariablesReply
 
@@ -48,16 +49,19 @@ class PythonReplManager(SessionManager):
         """Run ``code`` in the session (a new one without ``session_id``); ``env`` holds
         environment variables for this cell only."""
         check_code(code)
-        if session_id is None:
-            check_timeout(timeout_s, self.policy(check_policy_name(policy)))
+        if session_id is None:  # refused before a session is made for it
+            chosen = self.policy(check_policy_name(policy))
+            check_timeout(timeout_s, chosen)
+            check_env(env, chosen)
         session, created = await self.open_session(
             session_id, policy=policy, tenant=tenant, session_env=session_env
         )
         timeout = check_timeout(timeout_s, session.policy)
+        cell_env = check_env(env, session.policy)
         call = current_call()
         async with self._turn(session):
             outcome = await session.repl.execute(
-                code, timeout=timeout, env=env, on_output=call.on_output if call else None
+                code, timeout=timeout, env=cell_env, on_output=call.on_output if call else None
             )
         if session.repl.container_stopped:
             await self.end_session(session, f"its container stopped: {outcome.error_message}")

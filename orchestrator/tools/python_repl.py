@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
-from orchestrator.tools._env import SESSION_ENV_ON_CREATE
+from orchestrator.tools._env import CELL_ENV, SESSION_ENV_ON_CREATE
 
 if TYPE_CHECKING:
     from orchestrator._core.repl_operations import PythonReplManager
@@ -29,6 +29,7 @@ class ExecuteArgs(ToolArgs):
         None, description="Policy for a new session (only without session_id)."
     )
     session_env: dict[str, str] | None = Field(None, description=SESSION_ENV_ON_CREATE)
+    env: dict[str, str] | None = Field(None, description=CELL_ENV)
 
 
 class ReplSessionArgs(ToolArgs):
@@ -57,6 +58,7 @@ async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArg
         policy=args.policy,
         tenant=tenant,
         session_env=args.session_env,
+        env=args.env,
     )
     return result.model_dump()
 

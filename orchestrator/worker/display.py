@@ -78,12 +78,12 @@ class CellResults:
 
     def add_open_figures(self) -> None:
         """Every pyplot figure still open, rendered once and closed."""
-        pyplot = sys.modules.get(_PYPLOT)
+        pyplot: Any = sys.modules.get(_PYPLOT)
         if pyplot is None:
             return
-        numbers = _call(lambda: list(pyplot.get_fignums())) or []
+        numbers: list[int] = _call(lambda: list(pyplot.get_fignums())) or []
         for number in numbers:
-            figure = _call(lambda number=number: pyplot.figure(number))
+            figure = _call(lambda number=number: pyplot.figure(number))  # type: ignore[misc]
             if figure is not None and id(figure) not in self._shown:
                 self.add(figure)
         _call(lambda: pyplot.close("all"))
@@ -272,7 +272,7 @@ class Display:
             namespace_builtins["display"] = self.display
         else:
             builtins.display = self.display  # type: ignore[attr-defined]
-        pyplot = sys.modules.get(_PYPLOT)
+        pyplot: Any = sys.modules.get(_PYPLOT)
         if pyplot is not None:
             pyplot.show = self.show_function()
         elif not any(isinstance(finder, _PyplotHook) for finder in sys.meta_path):
@@ -292,7 +292,7 @@ class _PyplotHook:
         spec = PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _ShowPatchingLoader(spec.loader, self._display)
+        spec.loader = _ShowPatchingLoader(spec.loader, self._display)  # type: ignore[assignment]
         return spec
 
 

@@ -155,8 +155,16 @@ def test_sandhold_run_saves_rich_results_to_files(
 ) -> None:
     env = server_env(worker_image.tag, new_orchestrator_id())
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "--code", CLASSES + CELL]
-        + ["--results-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            "--code",
+            CLASSES + CELL,
+            "--results-dir",
+            str(tmp_path),
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -113,8 +113,9 @@ async def progress_run(client: Client) -> tuple[Arrivals, float, dict[str, Any]]
 async def test_mcp_stdio_sends_progress_notifications_while_the_cell_runs(
     worker_image: ImageBuildResult,
 ) -> None:
+    server = stdio_server(worker_image.tag, new_orchestrator_id())
     with anyio.fail_after(SCENARIO_TIMEOUT):
-        async with Client(stdio_server(worker_image.tag, new_orchestrator_id())) as client:
+        async with Client(server) as client:
             arrivals, ended, structured = await progress_run(client)
     arrivals.check_came_before(ended)
     assert arrivals.text("any") == EXPECTED_STDOUT + "oops\n"
@@ -131,8 +132,8 @@ async def test_without_a_progress_token_output_comes_as_log_notifications_when_a
         assert params.logger == f"sandhold.{data['stream']}"
         arrivals.add(data["stream"], data["text"])
 
+    server = stdio_server(worker_image.tag, new_orchestrator_id())
     with anyio.fail_after(SCENARIO_TIMEOUT):
-        server = stdio_server(worker_image.tag, new_orchestrator_id())
         async with Client(server, logging_callback=on_log, log_level="info") as client:
             result = await client.call_tool(
                 "python_repl",
@@ -148,11 +149,13 @@ async def test_without_a_progress_token_output_comes_as_log_notifications_when_a
 async def test_mcp_over_http_sends_progress_on_the_calls_stream(
     worker_image: ImageBuildResult,
 ) -> None:
-    async with Orchestrator(config(worker_image.tag)) as orch:
-        async with serving(orch, lambda: "default") as url:
-            with anyio.fail_after(SCENARIO_TIMEOUT):
-                async with client_with_key(url, None) as client:
-                    arrivals, ended, structured = await progress_run(client)
+    async with (
+        Orchestrator(config(worker_image.tag)) as orch,
+        serving(orch, lambda: "default") as url,
+    ):
+        with anyio.fail_after(SCENARIO_TIMEOUT):
+            async with client_with_key(url, None) as client:
+                arrivals, ended, structured = await progress_run(client)
     arrivals.check_came_before(ended)
     assert structured["stdout"] == EXPECTED_STDOUT
 
@@ -181,41 +184,46 @@ async def test_rest_streams_server_sent_events_then_the_result(
 ) -> None:
     arrivals = Arrivals()
     events: list[tuple[str, dict[str, Any]]] = []
-    async with Orchestrator(config(worker_image.tag, default_policy="unrestricted-python")) as orch:
-        async with rest_server(orch) as base:
-            headers = {"Authorization": f"Bearer {KEY_A}"}
-            async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
-                with anyio.fail_after(CALL_TIMEOUT):
-                    sid = (await http.post("/v1/sessions", json={"code": "1"})).json()[
-                        "session_id"
-                    ]
-                    async with http.stream(
-                        "POST",
-                        f"/v1/sessions/{sid}/execute",
-                        json={"code": CELL},
-                        headers={"Accept": "text/event-stream"},
-                    ) as response:
-                        assert response.status_code == 200
-                        assert response.headers["content-type"].startswith("text/event-stream")
-                        assert response.headers["x-sandhold-call-id"]
-                        name = None
-                        async for line in response.aiter_lines():
-                            if line.startswith("event: "):
-                                name = line.removeprefix("event: ")
-                            elif line.startswith("data: ") and name is not None:
-                                data = json.loads(line.removeprefix("data: "))
-                                events.append((name, data))
-                                if name != "result":
-                                    arrivals.add(name, data["text"])
-                    ended = time.monotonic()
-                    plain = await http.post(f"/v1/sessions/{sid}/execute", json={"code": "i"})
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    async with (
+        Orchestrator(config(worker_image.tag, default_policy="unrestricted-python")) as orch,
+        rest_server(orch) as base,
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http,
+    ):
+        with anyio.fail_after(CALL_TIMEOUT):
+            sid = (await http.post("/v1/sessions", json={"code": "1"})).json()["session_id"]
+            request = http.stream(
+                "POST",
+                f"/v1/sessions/{sid}/execute",
+                json={"code": CELL},
+                headers={"Accept": "text/event-stream"},
+            )
+            async with request as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+                assert response.headers["x-sandhold-call-id"]
+                async for name, data in sse_events(response):
+                    events.append((name, data))
+                    if name != "result":
+                        arrivals.add(name, data["text"])
+            ended = time.monotonic()
+            plain = await http.post(f"/v1/sessions/{sid}/execute", json={"code": "i"})
     arrivals.check_came_before(ended)
-    assert [name for name, _ in events][-1] == "result"
-    assert [name for name, _ in events].count("result") == 1
+    names = [name for name, _ in events]
+    assert names[-1] == "result" and names.count("result") == 1
     result = events[-1][1]
     assert result["success"] and result["stdout"] == EXPECTED_STDOUT == arrivals.text("stdout")
     assert arrivals.text("stderr") == "oops\n"
     assert plain.json()["result_repr"] == "2"  # without Accept: plain JSON, state kept
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    name = None
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: ") and name is not None:
+            yield name, json.loads(line.removeprefix("data: "))
 
 
 async def test_a_flood_streams_no_more_than_the_reply_keeps(worker_image: ImageBuildResult) -> None:
@@ -232,3 +240,33 @@ async def test_a_flood_streams_no_more_than_the_reply_keeps(worker_image: ImageB
     assert structured["truncated"] is True and structured["stdout_bytes"] == 2_000_001
     assert len(arrivals.text("stdout")) <= cap
     assert arrivals.text("stdout") == structured["stdout"]
+
+
+async def test_a_cells_env_is_seen_by_that_cell_only(worker_image: ImageBuildResult) -> None:
+    async with Orchestrator(config(worker_image.tag, default_policy="unrestricted-python")) as orch:
+        with anyio.fail_after(CALL_TIMEOUT):
+            code = "import os, subprocess\n(os.environ.get('TOKEN'), subprocess.run("
+            code += "['sh', '-c', 'echo $TOKEN'], capture_output=True, text=True).stdout)"
+            first = await orch.call(
+                "python_repl", {"operation": "execute", "code": code, "env": {"TOKEN": "s3cret"}}
+            )
+            assert first.structured["result_repr"] == "('s3cret', 's3cret\\n')"
+            sid = first.structured["session_id"]
+            after = await orch.call(
+                "python_repl", {"operation": "execute", "session_id": sid, "code": code}
+            )
+            assert after.structured["result_repr"] == "(None, '\\n')"
+            refused = await orch.call(
+                "python_repl",
+                {
+                    "operation": "execute",
+                    "session_id": sid,
+                    "code": "1",
+                    "env": {"LD_PRELOAD": "x"},
+                },
+            )
+            assert refused.structured["error_type"] == "policy"
+            still = await orch.call(
+                "python_repl", {"operation": "execute", "session_id": sid, "code": "2"}
+            )
+            assert still.structured["result_repr"] == "2"

@@ -152,5 +152,5 @@ def test_display_outside_a_cell_goes_nowhere() -> None:
     ],
 )
 def test_the_host_refuses_a_bundle_no_worker_makes(bundle: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a result"):
         checked_bundle(bundle)
