@@ -118,7 +118,7 @@ REST_ROUTES: tuple[RestRoute, ...] = (
         "execute",
         "Run Python code in a session",
         body=True,
-        omit=("policy",),
+        omit=("policy", "session_env"),
     ),
     RestRoute(
         "POST",
@@ -127,7 +127,7 @@ REST_ROUTES: tuple[RestRoute, ...] = (
         "run",
         "Run a command in the session's persistent shell",
         body=True,
-        omit=("policy",),
+        omit=("policy", "session_env"),
     ),
     RestRoute(
         "GET",

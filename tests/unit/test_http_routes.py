@@ -51,3 +51,16 @@ def test_a_body_may_not_give_what_the_route_sets() -> None:
         EXECUTE.arguments({"session_id": "s1"}, {}, {"code": "1", "session_id": "other"})
     with pytest.raises(InvalidArgumentError, match="JSON object"):
         EXECUTE.arguments({"session_id": "s1"}, {}, ["not", "an", "object"])
+
+
+def test_a_new_sessions_env_goes_only_to_the_route_that_creates_one() -> None:
+    create = route("POST", "/v1/sessions")
+    body = {"code": "1", "session_env": {"A": "1"}}
+    assert create.arguments({}, {}, body)["session_env"] == {"A": "1"}
+    shell = route("POST", "/v1/sessions/{session_id}/shell")
+    assert shell.arguments({"session_id": "s1"}, {}, {"command": "true", "env": {"A": "1"}})[
+        "env"
+    ] == {"A": "1"}
+    for existing in (EXECUTE, shell):
+        with pytest.raises(InvalidArgumentError, match="session_env"):
+            existing.arguments({"session_id": "s1"}, {}, {"session_env": {"A": "1"}})
