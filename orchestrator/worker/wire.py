@@ -7,8 +7,7 @@ cannot change how the worker talks even where it can touch the json module."""
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 MAX_ID_CHARS = 64
 # Arguments of each operation and their types; anything else is refused.
@@ -45,8 +44,9 @@ _encode_ascii = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 _decode = json.JSONDecoder().decode
 
 
-@dataclass(frozen=True)
-class Request:
+# A NamedTuple, not a dataclass: the file helper reads its lines with LineReader, and
+# dataclasses would cost it ~15 ms of imports at each start and ~1.5 MiB while it lives.
+class Request(NamedTuple):
     id: str
     op: str
     args: dict[str, Any]
