@@ -57,6 +57,8 @@ MAX_MEMBERS = 10_000
 MAX_ID_CHARS = 64
 # Served mode: a day without a request is not a session at work (the host asks for far less).
 MAX_IDLE_S = 86_400.0
+# Served mode: after a request and reply larger than this, the heap is trimmed (~1 ms).
+TRIM_AFTER_BYTES = 1 << 20
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _INVALID = {
     errno.ENOENT: "no such file or directory",
@@ -501,8 +503,26 @@ def serve(max_line: int, idle_s: float) -> int:
             continue
         if line is None:
             return 0
-        if line.strip():
-            write_line(1, encode(served_reply(line)) + b"\n")
+        if not line.strip():
+            continue
+        reply = encode(served_reply(line)) + b"\n"
+        write_line(1, reply)
+        large = len(line) + len(reply) > TRIM_AFTER_BYTES
+        del line, reply
+        if large:
+            release_memory()
+
+
+def release_memory() -> None:
+    """Hand the heap's free pages back to the kernel. glibc keeps what a large request used (it
+    raises its mmap threshold once a large buffer is freed, and trims its heap only at the top):
+    a helper that moved a 10 MiB file held ~20 MiB of the session's memory, ~6 MiB after this."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (ImportError, OSError, AttributeError):
+        return  # not glibc: the memory goes back when the helper exits
 
 
 def serve_arguments(argv: list[str]) -> tuple[int, float] | None:

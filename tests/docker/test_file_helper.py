@@ -191,6 +191,33 @@ async def test_a_reply_line_over_the_bound_is_an_internal_error_and_the_next_cal
         await fresh.aclose()
 
 
+async def test_a_large_transfer_leaves_the_helper_no_larger_than_it_was(
+    files: SessionFiles, docker_backend: DockerBackend, container: str
+) -> None:
+    """The helper lives on between requests: what one large file cost it must go back."""
+    await files.write("small.txt", content="x")
+    await files.read("small.txt")
+    before = await anonymous_kib(docker_backend, container)
+    big = base64.b64encode(os.urandom(8 * MIB)).decode()
+    for _ in range(2):
+        await files.write("big.bin", content_b64=big)
+        await files.read("big.bin")
+    # Answered only once the helper let go of the large reply (its last bytes can reach us
+    # before it does).
+    await files.read("small.txt")
+    assert await anonymous_kib(docker_backend, container) < before + 2048
+
+
+async def anonymous_kib(backend: DockerBackend, container: str) -> int:
+    """The served helper's anonymous memory (RssAnon), in KiB, as its /proc status says."""
+    action = "print([x.split()[1] for x in open(f'/proc/{pid}/status') if x[:8] == 'RssAnon:'][0])"
+    code = PROBE.replace("MARKER", repr(SERVED)).replace("ACTION", action)
+    argv = ["python3", "-I", "-c", code]
+    result = await backend.run(container, ExecSpec(argv=argv), timeout=30, max_output_bytes=MIB)
+    figure, _pids = result.stdout.decode().splitlines()
+    return int(figure)
+
+
 async def test_the_helper_exits_when_its_stream_is_closed(
     files: SessionFiles, helpers: Probe
 ) -> None:

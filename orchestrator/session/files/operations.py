@@ -83,7 +83,7 @@ REPLY_SLACK_BYTES = 8 * 1024 * 1024
 REQUEST_SLACK_BYTES = 64 * 1024
 # Operations the served helper takes: each is idempotent (a write replaces the whole file).
 SERVED_OPS = frozenset({"check", "list", "read", "stat", "write"})
-# A served helper with no request for this long exits (~4 MiB of the session's memory back);
+# A served helper with no request for this long exits (~6 MiB of the session's memory back);
 # an agent's file operations come seconds apart, and after a pause the next pays one exec.
 SERVED_IDLE_TIMEOUT = 60.0
 
