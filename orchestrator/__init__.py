@@ -3,7 +3,12 @@
     async with Orchestrator() as sandhold:
         result = await sandhold.call("python_repl", {"operation": "execute", "code": "1 + 1"})
 
-``SyncOrchestrator`` offers the same without an event loop. The four tools and their operations
+``SyncOrchestrator`` offers the same without an event loop. ``AsyncSandbox`` (and its blocking
+twin ``Sandbox``) is one session as a typed handle, over an orchestrator here or a server:
+
+    async with AsyncSandbox.create(orchestrator=sandhold) as sandbox:
+        execution = await sandbox.run_code("1 + 1")
+ The four tools and their operations
 are in ``TOOLS``; every error carries a stable ``code`` (its ``error_type``).
 """
 
@@ -13,6 +18,17 @@ from typing import TYPE_CHECKING, Any
 # Each public name and the module it comes from. Imported on first use (PEP 562), so a command
 # that needs little (``sandhold mcp`` answering ``initialize``) does not pay for the whole package.
 _EXPORTS = {
+    "Variable": "orchestrator.sandbox",
+    "SandboxInfo": "orchestrator.sandbox",
+    "Sandbox": "orchestrator.sandbox",
+    "Result": "orchestrator.sandbox",
+    "HistoryItem": "orchestrator.sandbox",
+    "Execution": "orchestrator.sandbox",
+    "FileInfo": "orchestrator.sandbox",
+    "CommandResult": "orchestrator.sandbox",
+    "CommandHandle": "orchestrator.sandbox",
+    "CellFailure": "orchestrator.sandbox",
+    "AsyncSandbox": "orchestrator.sandbox",
     "TOOLS": "orchestrator.tools",
     "AuditLogError": "orchestrator.errors",
     "BackendError": "orchestrator.errors",
@@ -87,17 +103,37 @@ if TYPE_CHECKING:
     )
     from orchestrator.images import ImageBuildResult, ensure_worker_image
     from orchestrator.policy.model import Policy, load_policy, shipped_policy_names
+    from orchestrator.sandbox import (
+        AsyncSandbox,
+        CellFailure,
+        CommandHandle,
+        CommandResult,
+        Execution,
+        FileInfo,
+        HistoryItem,
+        Result,
+        Sandbox,
+        SandboxInfo,
+        Variable,
+    )
     from orchestrator.sync import SyncOrchestrator
     from orchestrator.tools import TOOLS, Tool, ToolResult
 
 __all__ = [
     "TOOLS",
+    "AsyncSandbox",
     "AuditLogError",
     "BackendError",
     "BackendUnavailableError",
     "BusyError",
+    "CellFailure",
+    "CommandHandle",
+    "CommandResult",
     "ExecuteResult",
+    "Execution",
     "ExecutionError",
+    "FileInfo",
+    "HistoryItem",
     "ImageBuildResult",
     "ImageError",
     "ImageToolMissingError",
@@ -111,6 +147,9 @@ __all__ = [
     "ProcessCrashedError",
     "QuotaExceededError",
     "RegistryError",
+    "Result",
+    "Sandbox",
+    "SandboxInfo",
     "SessionNotFoundError",
     "SettingsFileError",
     "SyncOrchestrator",
@@ -120,6 +159,7 @@ __all__ = [
     "Tool",
     "ToolResult",
     "UnknownTemplateError",
+    "Variable",
     "ensure_worker_image",
     "load_policy",
     "shipped_policy_names",

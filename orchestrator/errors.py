@@ -90,6 +90,8 @@ class OrchestratorError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # The class's code; an error rebuilt from a server's answer keeps the type it answered.
+        self.error_type: str = self.code
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message

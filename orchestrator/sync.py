@@ -47,6 +47,13 @@ class SyncOrchestrator(AbstractContextManager["SyncOrchestrator"]):
         self._portal = None
         self._stack.close()
 
+    @property
+    def portal(self) -> BlockingPortal:
+        """The portal the orchestrator runs in, for what shares its event loop (``Sandbox``)."""
+        if self._portal is None:
+            raise RuntimeError("use SyncOrchestrator as a context manager (`with`)")
+        return self._portal
+
     def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._portal is None:
             raise RuntimeError("use SyncOrchestrator as a context manager (`with`)")

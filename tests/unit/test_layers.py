@@ -31,6 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "tools": FOUNDATION | {"policy", "backend", "session", "_core"},
     "_api": FOUNDATION | {"policy", "backend", "session", "_core", "tools", "audit"},
     "sync": FOUNDATION | {"_api", "_core", "tools"},
+    # The typed sandbox API: a client of the tool layer, in-process (``call()``) or remote.
+    "sandbox": FOUNDATION | {"_api", "sync", "tools"},
     "policy_ci": FOUNDATION | {"policy", "session", "_core", "tools", "_api", "worker"},
     # The reference pages' generator reads the tool layer (and the models its results come
     # from), the policy model and the HTTP front's statuses; nothing imports it.

@@ -1,0 +1,306 @@
+"""``AsyncSandbox``: one session of sandhold as a typed handle, local or remote.
+
+    async with AsyncSandbox.create(orchestrator=orch) as sandbox:
+        execution = await sandbox.run_code("1 + 1")
+
+``create`` makes a session (``session`` ``create``) and answers something to ``await`` (the
+sandbox) or to enter (the sandbox, destroyed on leaving unless ``keep``). ``connect`` takes an
+existing one (kept on leaving unless ``keep=False``). Every method is one or more tool calls
+through the transport; a refused call raises its error (``_failures``), while what the code did,
+an exception it raised included, is data in the answer (``Execution.error``).
+
+Local means an ``Orchestrator`` this process has entered (``orchestrator=``); remote, a
+``sandhold serve`` (``url=``/``api_key=`` or ``SANDHOLD_URL``/``SANDHOLD_API_KEY``), whose
+connection pool the sandbox opens and closes itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Awaitable, Callable, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from orchestrator.errors import InvalidArgumentError, SessionNotFoundError
+from orchestrator.sandbox._calls import SessionCalls
+from orchestrator.sandbox._commands import AsyncCommands, AsyncProcesses, AsyncTerminals
+from orchestrator.sandbox._failures import check
+from orchestrator.sandbox._files import AsyncFiles
+from orchestrator.sandbox._results import (
+    Execution,
+    HistoryItem,
+    SandboxInfo,
+    Variable,
+)
+from orchestrator.sandbox._transport import Listener, Transport
+from orchestrator.sandbox._transport_local import LocalTransport
+from orchestrator.sandbox._transport_remote import RemoteTransport, remote_settings
+
+if TYPE_CHECKING:
+    from orchestrator._api import Orchestrator
+
+__all__ = ["AsyncSandbox", "open_transport"]
+
+REPL = "python_repl"
+# Leaving a sandbox destroys its session: one call, shielded, and bounded like any teardown.
+DESTROY_TIMEOUT = 30.0
+
+
+def open_transport(
+    orchestrator: Orchestrator | None,
+    tenant: str | None,
+    url: str | None,
+    api_key: str | None,
+    task: str | None = None,
+) -> tuple[Transport, bool]:
+    """The transport the arguments name, and whether the sandbox owns it (closes it)."""
+    if orchestrator is not None:
+        if url is not None:
+            raise InvalidArgumentError("give orchestrator= or url=, not both")
+        return LocalTransport(orchestrator, tenant=tenant), False
+    remote = remote_settings(url, api_key)
+    if remote is None:
+        raise InvalidArgumentError(
+            "no sandhold to use",
+            hint="pass orchestrator= (an entered Orchestrator) or url= and api_key= "
+            "(or set SANDHOLD_URL and SANDHOLD_API_KEY)",
+        )
+    return RemoteTransport(*remote, task=task), True
+
+
+class AsyncSandbox:
+    """One session: ``run_code``, ``commands``, ``terminals``, ``processes``, ``files``."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        sandbox_id: str,
+        *,
+        owns_transport: bool = False,
+        keep: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self.sandbox_id = sandbox_id
+        self.keep = keep
+        self.timeout = timeout
+        self._transport = transport
+        self._owns_transport = owns_transport
+        self._calls = SessionCalls(transport, sandbox_id)
+        self.commands = AsyncCommands(self._calls, timeout)
+        self.terminals = AsyncTerminals(self._calls)
+        self.processes = AsyncProcesses(self._calls)
+        self.files = AsyncFiles(self._calls)
+
+    # -- making, finding, ending ----------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        policy: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        keep: bool = False,
+        orchestrator: Orchestrator | None = None,
+        tenant: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        task: str | None = None,
+    ) -> _Opening:
+        """A new session of ``policy`` whose every process sees ``env``. ``timeout`` is the
+        default of ``run_code`` and ``commands.run`` (seconds; the policy's otherwise)."""
+
+        async def made() -> AsyncSandbox:
+            transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
+            try:
+                answer = check(
+                    await transport.call(
+                        "session", _present(operation="create", policy=policy, env=env)
+                    )
+                )
+            except BaseException:
+                await _release(transport, owned)
+                raise
+            return cls(
+                transport, answer["session_id"], owns_transport=owned, keep=keep, timeout=timeout
+            )
+
+        return _Opening(made)
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        keep: bool = True,
+        timeout: float | None = None,
+        orchestrator: Orchestrator | None = None,
+        tenant: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        task: str | None = None,
+    ) -> _Opening:
+        """The session ``sandbox_id`` of the caller (``session_not_found`` for any other);
+        kept on leaving unless ``keep=False``."""
+
+        async def found() -> AsyncSandbox:
+            transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
+            try:
+                listed = await _list(transport)
+                if all(info.sandbox_id != sandbox_id for info in listed):
+                    raise SessionNotFoundError(f"no session {sandbox_id!r}")
+            except BaseException:
+                await _release(transport, owned)
+                raise
+            return cls(transport, sandbox_id, owns_transport=owned, keep=keep, timeout=timeout)
+
+        return _Opening(found)
+
+    @staticmethod
+    async def list(
+        *,
+        orchestrator: Orchestrator | None = None,
+        tenant: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        task: str | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """The caller's sessions (a remote key's tenant's, a local ``tenant``'s)."""
+        transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
+        try:
+            return await _list(transport)
+        finally:
+            await _release(transport, owned)
+
+    async def destroy(self) -> bool:
+        """End the session and remove its container; False if it had ended already."""
+        with anyio.CancelScope(shield=True), anyio.fail_after(DESTROY_TIMEOUT):
+            answer = await self._transport.call(
+                REPL, {"operation": "destroy", "session_id": self.sandbox_id}
+            )
+        if answer.get("error_type") == "session_not_found":
+            return False
+        return bool(check(answer).get("destroyed"))
+
+    async def aclose(self) -> None:
+        """Leave the sandbox: destroy its session unless ``keep``, release the transport."""
+        try:
+            if not self.keep:
+                await self.destroy()
+        finally:
+            if self._owns_transport:
+                with anyio.CancelScope(shield=True):
+                    await self._transport.aclose()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- the REPL ---------------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        on_stdout: Listener | None = None,
+        on_stderr: Listener | None = None,
+    ) -> Execution:
+        """Run ``code`` in the session's interpreter (its state kept between calls). The
+        listeners get its output as it comes, before the answer; the answer holds all of it."""
+        answer = await self._calls(
+            REPL, "execute", code=code, env=env,
+            timeout_s=timeout if timeout is not None else self.timeout,
+            on_stdout=on_stdout, on_stderr=on_stderr,
+        )  # fmt: skip
+        return Execution.of(answer)
+
+    async def inspect(self, name: str) -> Variable:
+        """One variable's type and value (``invalid_argument`` when there is none)."""
+        info = await self._calls(REPL, "inspect", variable_name=name)
+        return Variable(
+            name=info["name"], type=info.get("type"), repr=info.get("repr"),
+            length=info.get("length"), doc=info.get("doc"), signature=info.get("signature"),
+            shape=info.get("shape"), dtype=info.get("dtype"),
+        )  # fmt: skip
+
+    async def variables(self) -> builtins.list[Variable]:
+        listed = await self._calls(REPL, "list_variables")
+        return [Variable(v["name"], v.get("type")) for v in listed.get("variables", [])]
+
+    async def history(self) -> builtins.list[HistoryItem]:
+        listed = await self._calls(REPL, "history")
+        return [
+            HistoryItem(
+                index=e["index"],
+                code=e["code"],
+                success=e["success"],
+                summary=e.get("summary", ""),
+                timestamp=e.get("timestamp", ""),
+            )
+            for e in listed.get("history", [])
+        ]
+
+    async def reset(self) -> None:
+        """Restart the interpreter: every variable and import gone, files kept."""
+        await self._calls(REPL, "reset")
+
+    # -- the session ------------------------------------------------------------------------
+
+    async def pause(self) -> bool:
+        """Freeze every process of the session (state and files kept); whether it changed."""
+        return bool((await self._calls("session", "pause")).get("changed"))
+
+    async def resume(self) -> bool:
+        """Thaw it (any other call does too); whether it changed."""
+        return bool((await self._calls("session", "resume")).get("changed"))
+
+
+class _Opening:
+    """What ``create``/``connect`` answer: ``await`` it for the sandbox, or ``async with`` it
+    to have it left (``aclose``) when the block ends."""
+
+    def __init__(self, make: Callable[[], Awaitable[AsyncSandbox]]) -> None:
+        self._make = make
+        self._sandbox: AsyncSandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSandbox]:
+        return self._make().__await__()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        self._sandbox = await self._make()
+        return self._sandbox
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.aclose()
+
+
+async def _list(transport: Transport) -> builtins.list[SandboxInfo]:
+    listed = check(await transport.call(REPL, {"operation": "list_sessions"}))
+    return [SandboxInfo.of(row) for row in listed.get("sessions", [])]
+
+
+async def _release(transport: Transport, owned: bool) -> None:
+    if owned:
+        with anyio.CancelScope(shield=True):
+            await transport.aclose()
+
+
+def _present(**arguments: Any) -> dict[str, Any]:
+    return {k: v for k, v in arguments.items() if v is not None}
