@@ -261,7 +261,7 @@ async def test_a_working_directory_that_links_out_of_the_workspace_is_refused(
         ("true", {"cwd": "/etc"}),
         ("true", {"cwd": "../outside"}),
         ("true", {"cwd": "does/not/exist"}),
-        ("true", {"env": {"PATH": "/tmp"}}),
+        ("true", {"env": {"A": "a\0b"}}),
         ("true", {"env": {"A B": "x"}}),
         ("true", {"env": ["A=1"]}),
     ],

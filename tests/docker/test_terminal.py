@@ -420,7 +420,7 @@ async def test_closing_kills_every_running_command(
         {"max_output_chars": -5},
         {"cwd": "/etc"},
         {"cwd": "../../etc"},
-        {"env": {"PATH": "/tmp"}},
+        {"env": {"A": "a\0b"}},
         {"env": {"BAD NAME": "x"}},
         {"env": ["A=b"]},
     ],
