@@ -53,6 +53,7 @@ class ServeSettings(BaseModel):
 
     host: str = Field(default="127.0.0.1", min_length=1, max_length=255)
     port: int = Field(default=8080, ge=0, le=65535)
+    e2b_port: int | None = Field(default=None, ge=0, le=65535)
     tenants: Path | None = None
     policy: str | None = Field(default=None, min_length=1)
     pool: int = Field(default=0, ge=0, le=MAX_POOL_SIZE)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import logging
 import os
 import resource
@@ -66,6 +67,7 @@ class _Plan:
     host: str
     notice: str
     log_format: LogFormat
+    e2b_listener: socket.socket | None = None
 
 
 def plan_serving(settings: ServeSettings) -> _Plan:
@@ -99,9 +101,22 @@ def plan_serving(settings: ServeSettings) -> _Plan:
         tenants=keys.tenants if tenants is not None else {},
     )
     listener = _listen(settings.host, settings.port)
+    e2b_listener = None
+    if settings.e2b_port is not None:
+        if importlib.util.find_spec("connectrpc") is None:
+            listener.close()
+            raise InvalidArgumentError(
+                "--e2b-port needs the e2b extra: pip install 'sandhold[e2b]'"
+            )
+        try:
+            e2b_listener = _listen(settings.host, settings.e2b_port)
+        except BaseException:
+            listener.close()
+            raise
     return _Plan(
-        config, keys, tenants, limits, listener, settings.host, notice, settings.log_format
-    )
+        config, keys, tenants, limits, listener, settings.host, notice, settings.log_format,
+        e2b_listener,
+    )  # fmt: skip
 
 
 def _with_pool(config: OrchestratorConfig, size: int) -> OrchestratorConfig:
@@ -252,7 +267,10 @@ async def _serve(plan: _Plan, run: _Run) -> None:
         typer.echo(f"sandhold: registry {config.registry_path}: {summary}")
         run.reload = functools.partial(_reload, plan, orchestrator)
         try:
-            await run.server.serve(sockets=[plan.listener])
+            async with _e2b_serving(plan, orchestrator) as e2b:
+                await run.server.serve(sockets=[plan.listener])
+                if e2b is not None:
+                    e2b.should_exit = True
         finally:
             run.reload = None
         stopped_id = orchestrator.orchestrator_id
@@ -260,6 +278,32 @@ async def _serve(plan: _Plan, run: _Run) -> None:
         log.info("stopped: the sessions of orchestrator %s are left for the next start", stopped_id)
     else:
         log.info("stopped: no session of orchestrator %s is left", stopped_id)
+
+
+@contextlib.asynccontextmanager
+async def _e2b_serving(plan: _Plan, orchestrator: Orchestrator) -> AsyncIterator[_Server | None]:
+    """E2B's protocol on its own port beside the main one, while the main one serves (the
+    caller tells it to stop when the main one has); nothing without ``--e2b-port``."""
+    if plan.e2b_listener is None:
+        yield None
+        return
+    from orchestrator.e2b import build_e2b_app  # needs connectrpc: only when asked for
+
+    server = _Server(
+        build_e2b_app(orchestrator, plan.keys),
+        limits=plan.limits,
+        lifespan="on",
+        log_level="info",
+        log_config=uvicorn_log_config(plan.log_format),
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_TIMEOUT,
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(server.serve, sockets=[plan.e2b_listener]))
+        typer.echo(f"sandhold: E2B protocol on {_url(plan.e2b_listener)} (docs/e2b.md)")
+        try:
+            yield server
+        finally:
+            server.should_exit = True
 
 
 async def _reload(plan: _Plan, orchestrator: Orchestrator) -> None:

@@ -69,6 +69,15 @@ def serve(
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")
     ] = 8080,
+    e2b_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Also speak E2B's protocol (control API, envd, code interpreter) on this port, "
+            "for E2B's SDKs (E2B_API_URL and E2B_SANDBOX_URL both http://HOST:PORT; docs/e2b.md).",
+        ),
+    ] = None,
     tenants: Annotated[
         Path | None,
         typer.Option(
@@ -150,6 +159,8 @@ def serve(
     ] = "text",
 ) -> None:
     """Serve the sandbox tools over HTTP (REST, OpenAPI, SSE) and MCP until stopped."""
+    import contextlib
+
     import anyio
 
     from orchestrator.cli._common import reported_errors
@@ -163,7 +174,8 @@ def serve(
     configure_logging(settings.log_format)
     with reported_errors():
         serving = plan_serving(settings)
-        with serving.listener:
+        e2b_listener = serving.e2b_listener or contextlib.nullcontext()
+        with serving.listener, e2b_listener:
             stopped_by = anyio.run(serve_until_stopped, serving)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)

@@ -1,0 +1,21 @@
+"""The sandbox a data-plane request is for: set by the dispatcher once the request's sandbox
+id and access token matched, read by the services the Connect application calls (which
+hand them only the message and its context)."""
+
+from __future__ import annotations
+
+import contextvars
+
+from orchestrator.e2b._sandboxes import Sandbox
+
+__all__ = ["current_sandbox", "sandbox_scope"]
+
+_CURRENT: contextvars.ContextVar[Sandbox] = contextvars.ContextVar("e2b_sandbox")
+
+
+def current_sandbox() -> Sandbox:
+    return _CURRENT.get()
+
+
+def sandbox_scope(sandbox: Sandbox) -> contextvars.Token[Sandbox]:
+    return _CURRENT.set(sandbox)

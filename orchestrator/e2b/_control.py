@@ -1,0 +1,345 @@
+"""E2B's control API (``E2B_API_URL``): sandboxes created, listed, looked up, given a new
+lifetime, paused, resumed and killed, each one a sandhold session of the tenant whose key the
+request carries (``X-API-KEY``).
+
+Templates: ``base`` is sandhold's ``shell`` policy (bash, full Python, a shell-first session),
+``code-interpreter-v1`` the ``python-data`` policy (pandas, matplotlib...); any other
+``templateID`` that names a policy of this server is that policy. Anything else is E2B's 404.
+What E2B offers and sandhold does not (template builds, snapshots, forks, volumes, logs) is
+answered 501 with a message saying so, never left hanging."""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+import urllib.parse
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from orchestrator._core.tenants import TenantKeys
+from orchestrator.e2b._errors import e2b_error, status_of
+from orchestrator.e2b._sandboxes import Sandbox, SandboxTable, utc_now
+from orchestrator.e2b._tooling import ToolCallError, call
+from orchestrator.errors import OrchestratorError
+
+__all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
+
+TEMPLATES: Final = {"base": "shell", "code-interpreter-v1": "python-data"}
+# The envd version the SDK is told: 0.5.7 has what this server implements (default user,
+# stdin close, octet-stream uploads) and nothing it does not (file metadata, 0.6.2).
+ENVD_VERSION: Final = "0.5.7"
+DEFAULT_TIMEOUT_S: Final = 300
+# E2B's own ceiling on a sandbox's lifetime (24 h on its top plan).
+MAX_TIMEOUT_S: Final = 86_400
+CLIENT_ID: Final = "sandhold"
+# What a listed sandbox reports of its resources: the policy's limits are not in the tool
+# layer's answers, and the SDK requires the fields.
+_CPU, _MEMORY_MB, _DISK_MB = 1, 512, 1024
+
+_ANY_METHOD: Final = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+_NOT_SUPPORTED: Final = (
+    "templates", "snapshots", "volumes", "fork", "logs", "refreshes", "network", "secrets",
+)  # fmt: skip
+
+
+def _iso(moment: datetime.datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+class Control:
+    def __init__(self, orchestrator: Any, keys: TenantKeys, table: SandboxTable) -> None:
+        self.orchestrator = orchestrator
+        self.keys = keys
+        self.table = table
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/sandboxes", self.create, methods=["POST"]),
+            Route("/v2/sandboxes", self.create, methods=["POST"]),
+            Route("/sandboxes", self.list, methods=["GET"]),
+            Route("/v2/sandboxes", self.list, methods=["GET"]),
+            Route("/sandboxes/{sandbox_id}", self.get, methods=["GET"]),
+            Route("/sandboxes/{sandbox_id}", self.kill, methods=["DELETE"]),
+            Route("/sandboxes/{sandbox_id}/timeout", self.set_timeout, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
+            Route("/v2/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/pause", self.pause, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/resume", self.resume, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/metrics", self.metrics, methods=["GET"]),
+            Route("/{rest:path}", self.unsupported, methods=_ANY_METHOD),
+        ]  # fmt: skip
+
+    # -- helpers
+    def tenant(self, request: Request) -> str | None:
+        key = request.headers.get("x-api-key")
+        if key is None:
+            auth = request.headers.get("authorization", "")
+            key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        return self.keys.tenant_for(key) if key else None
+
+    def policy_for(self, template: str) -> str | None:
+        if template in TEMPLATES:
+            return TEMPLATES[template]
+        try:
+            self.orchestrator.policy(template)
+        except (OrchestratorError, ValueError, TypeError):
+            return None
+        return template
+
+    async def _sandbox(self, request: Request) -> tuple[str, Sandbox] | Response:
+        tenant = self.tenant(request)
+        if tenant is None:
+            return e2b_error(401, "Invalid API key")
+        sandbox_id = request.path_params["sandbox_id"]
+        sandbox = self.table.of_tenant(sandbox_id, tenant)
+        if sandbox is None or not await self._alive(sandbox):
+            return e2b_error(404, f"sandbox {sandbox_id!r} not found")
+        return tenant, sandbox
+
+    async def _alive(self, sandbox: Sandbox) -> bool:
+        """Whether its session still exists (idle teardown or max lifetime may have ended it);
+        a sandbox whose session is gone leaves the table."""
+        listed = await call(self.orchestrator, sandbox.tenant, "python_repl", "list_sessions")
+        alive = any(s.get("session_id") == sandbox.session_id for s in listed["sessions"])
+        if not alive:
+            self.table.remove(sandbox.sandbox_id)
+        return alive
+
+    def created(self, sandbox: Sandbox, status: int = 201) -> JSONResponse:
+        return JSONResponse(
+            {
+                "sandboxID": sandbox.sandbox_id,
+                "templateID": sandbox.template,
+                "clientID": CLIENT_ID,
+                "envdVersion": ENVD_VERSION,
+                "envdAccessToken": sandbox.access_token,
+                "trafficAccessToken": None,
+                "domain": None,
+            },
+            status_code=status,
+        )
+
+    def listed(self, sandbox: Sandbox) -> dict[str, Any]:
+        return {
+            "templateID": sandbox.template,
+            "sandboxID": sandbox.sandbox_id,
+            "clientID": CLIENT_ID,
+            "startedAt": _iso(sandbox.started_at),
+            "endAt": _iso(sandbox.end_at),
+            "cpuCount": _CPU,
+            "memoryMB": _MEMORY_MB,
+            "diskSizeMB": _DISK_MB,
+            "state": sandbox.state,
+            "envdVersion": ENVD_VERSION,
+            "metadata": sandbox.metadata,
+        }
+
+    # -- routes
+    async def create(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        if tenant is None:
+            return e2b_error(401, "Invalid API key")
+        try:
+            body = await request.json()
+        except ValueError:
+            return e2b_error(400, "the body is not JSON")
+        if not isinstance(body, dict):
+            return e2b_error(400, "the body is not a JSON object")
+        return await self._create(tenant, body)
+
+    async def _create(self, tenant: str, body: dict[str, Any]) -> Response:
+        template = body.get("templateID")
+        if not isinstance(template, str):
+            return e2b_error(400, "templateID is required")
+        policy = self.policy_for(template)
+        if policy is None:
+            return e2b_error(404, f"template '{template}' not found")
+        timeout = body.get("timeout", DEFAULT_TIMEOUT_S)
+        metadata = body.get("metadata") or {}
+        envs = body.get("envVars") or {}
+        problem = _check_create(timeout, metadata, envs, body)
+        if problem:
+            return e2b_error(400, problem)
+        try:
+            created = await call(
+                self.orchestrator, tenant, "session", "create", policy=policy, env=envs or None
+            )
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        now = utc_now()
+        sandbox = Sandbox(
+            sandbox_id=self.table.new_id(),
+            tenant=tenant,
+            session_id=created["session_id"],
+            template=template,
+            policy=policy,
+            access_token=secrets.token_urlsafe(32),
+            metadata=dict(metadata),
+            envs=dict(envs),
+            started_at=now,
+            end_at=now + datetime.timedelta(seconds=timeout),
+        )
+        self.table.add(sandbox)
+        return self.created(sandbox)
+
+    async def list(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        if tenant is None:
+            return e2b_error(401, "Invalid API key")
+        wanted = _metadata_filter(request.query_params.get("metadata"))
+        states = request.query_params.get("state")
+        allowed = set(states.split(",")) if states else {"running", "paused"}
+        template = request.query_params.get("template")
+        found = []
+        for sandbox in self.table.listed(tenant):
+            if sandbox.state not in allowed or (template and sandbox.template != template):
+                continue
+            if any(sandbox.metadata.get(k) != v for k, v in wanted.items()):
+                continue
+            if await self._alive(sandbox):
+                found.append(self.listed(sandbox))
+        found.sort(key=lambda s: s["startedAt"])
+        return JSONResponse(found)
+
+    async def get(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        _, sandbox = found
+        detail = self.listed(sandbox) | {"envdAccessToken": sandbox.access_token, "domain": None}
+        return JSONResponse(detail)
+
+    async def kill(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        tenant, sandbox = found
+        self.table.remove(sandbox.sandbox_id)
+        try:
+            await call(
+                self.orchestrator, tenant, "python_repl", "destroy", session_id=sandbox.session_id
+            )
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        return Response(status_code=204)
+
+    async def set_timeout(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        _, sandbox = found
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        timeout = body.get("timeout") if isinstance(body, dict) else None
+        problem = _check_timeout(timeout)
+        if problem:
+            return e2b_error(400, problem)
+        sandbox.set_timeout(timeout)  # type: ignore[arg-type]
+        return Response(status_code=204)
+
+    async def connect(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        tenant, sandbox = found
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        timeout = body.get("timeout") if isinstance(body, dict) else None
+        if timeout is not None:
+            problem = _check_timeout(timeout)
+            if problem:
+                return e2b_error(400, problem)
+            # Connecting never shortens a sandbox's life, as in E2B.
+            wanted = utc_now() + datetime.timedelta(seconds=timeout)
+            sandbox.end_at = max(sandbox.end_at, wanted)
+        if sandbox.state == "paused":
+            return await self._resume(tenant, sandbox)
+        return self.created(sandbox, status=200)
+
+    async def pause(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        tenant, sandbox = found
+        if sandbox.state == "paused":
+            return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is already paused")
+        try:
+            await call(self.orchestrator, tenant, "session", "pause", session_id=sandbox.session_id)
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        sandbox.state = "paused"
+        return Response(status_code=204)
+
+    async def resume(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        tenant, sandbox = found
+        if sandbox.state != "paused":
+            return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is not paused")
+        return await self._resume(tenant, sandbox)
+
+    async def _resume(self, tenant: str, sandbox: Sandbox) -> Response:
+        try:
+            await call(
+                self.orchestrator, tenant, "session", "resume", session_id=sandbox.session_id
+            )
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        sandbox.state = "running"
+        return self.created(sandbox)
+
+    async def metrics(self, request: Request) -> Response:
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        return JSONResponse([])
+
+    async def unsupported(self, request: Request) -> Response:
+        if self.tenant(request) is None:
+            return e2b_error(401, "Invalid API key")
+        path = request.url.path
+        if any(part in path.split("/") for part in _NOT_SUPPORTED):
+            return e2b_error(501, f"{request.method} {path}: not supported by sandhold")
+        return e2b_error(404, f"{request.method} {path}: no such route")
+
+
+def _check_timeout(timeout: Any) -> str | None:
+    if isinstance(timeout, bool) or not isinstance(timeout, int):
+        return "timeout must be a whole number of seconds"
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        return f"timeout must be between 1 and {MAX_TIMEOUT_S} seconds"
+    return None
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _check_create(timeout: Any, metadata: Any, envs: Any, body: dict[str, Any]) -> str | None:
+    if not _strings(metadata):
+        return "metadata must map strings to strings"
+    if not _strings(envs):
+        return "envVars must map strings to strings"
+    if body.get("volumeMounts"):
+        return "volume mounts are not supported by sandhold"
+    if body.get("mcp"):
+        return "MCP servers in a sandbox are not supported by sandhold"
+    return _check_timeout(timeout)
+
+
+def _metadata_filter(raw: str | None) -> dict[str, str]:
+    """The SDK sends ``metadata=`` a query string of its own, each key and value quoted."""
+    if not raw:
+        return {}
+    pairs = urllib.parse.parse_qsl(raw, keep_blank_values=True)
+    return {urllib.parse.unquote(k): urllib.parse.unquote(v) for k, v in pairs}

@@ -1,0 +1,102 @@
+"""envd's plain HTTP routes: ``GET /health`` and ``/files`` (``GET ?path=`` the bytes of a
+file; ``POST ?path=`` a file from an ``application/octet-stream`` body, or each part of a
+``multipart/form-data`` body, a part's filename its path when no ``path`` is given).
+
+Bodies are read whole, bounded by ``MAX_UPLOAD_BYTES``: a sandhold file is written in one
+tool call (the policy's ``max_file_bytes`` bounds it again)."""
+
+from __future__ import annotations
+
+import gzip
+import posixpath
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from orchestrator.e2b._context import current_sandbox
+from orchestrator.e2b._errors import e2b_error, status_of
+from orchestrator.e2b._files import SandboxFiles
+from orchestrator.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
+from orchestrator.e2b._tooling import ToolCallError
+
+__all__ = ["MAX_UPLOAD_BYTES", "envd_http"]
+
+# The largest max_file_bytes a shipped policy allows (shell: 100 MiB), and some room.
+MAX_UPLOAD_BYTES: Final = 110 * 1024 * 1024
+
+
+def envd_http(orchestrator: Any) -> Starlette:
+    async def health(request: Request) -> Response:
+        return Response(status_code=204)
+
+    async def read(request: Request) -> Response:
+        files = SandboxFiles(orchestrator, current_sandbox())
+        try:
+            path = to_sandhold(request.query_params.get("path", ""))
+            data = await files.read(path)
+        except OutsideHomeError as exc:
+            return e2b_error(400, str(exc))
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), exc.message)
+        return Response(data, media_type="application/octet-stream")
+
+    async def write(request: Request) -> Response:
+        files = SandboxFiles(orchestrator, current_sandbox())
+        try:
+            uploads = await _uploads(request)
+            written = []
+            for given, data in uploads:
+                path = to_sandhold(given)
+                await files.write(path, data)
+                written.append(
+                    {"name": posixpath.basename(path), "type": "file", "path": to_e2b(path)}
+                )
+        except (OutsideHomeError, ValueError) as exc:
+            return e2b_error(400, str(exc))
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), exc.message)
+        return JSONResponse(written)
+
+    return Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/files", read, methods=["GET"]),
+            Route("/files", write, methods=["POST"]),
+        ]
+    )
+
+
+async def _body(request: Request) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_UPLOAD_BYTES:
+            raise ValueError(f"the upload is larger than {MAX_UPLOAD_BYTES} bytes")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if request.headers.get("content-encoding") == "gzip":
+        data = gzip.decompress(data)
+    return data
+
+
+async def _uploads(request: Request) -> list[tuple[str, bytes]]:
+    path = request.query_params.get("path")
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        if path is None:
+            raise ValueError("path is required")
+        return [(path, await _body(request))]
+    form = await request.form(max_part_size=MAX_UPLOAD_BYTES)
+    found = []
+    for _, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            name = path if path is not None and len(form) == 1 else value.filename
+            if not name:
+                raise ValueError("a part without a filename, and no path")
+            found.append((name, await value.read()))
+    if not found:
+        raise ValueError("no file in the upload")
+    return found

@@ -1,0 +1,244 @@
+"""envd's ``process.Process`` service over sandhold terminals: ``Start`` (a command, or a PTY
+for ``pty.create``) and ``Connect`` stream its events, ``SendInput`` writes its stdin,
+``CloseStdin`` closes it, ``SendSignal`` kills it, ``Update`` resizes a PTY, ``List`` answers
+what was started and still runs.
+
+Every command is a terminal of the sandbox's session, made and read through the ``terminal``
+tool. A stream polls the terminal with ``wait`` (bounded by ``POLL_TIMEOUT_MS``) and sends a
+keepalive each time nothing came; it ends with the command, or when the client goes away (the
+command goes on running, as under envd, until it ends or is killed). A command's ``pid`` is a
+number of this server's, unique in its sandbox."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.request import RequestContext
+from protobuf import Oneof
+
+from orchestrator.e2b._context import current_sandbox
+from orchestrator.e2b._demux import Demux, new_marker, with_stderr_marked
+from orchestrator.e2b._envd.process import process_pb as pb
+from orchestrator.e2b._errors import connect_error
+from orchestrator.e2b._paths import OutsideHomeError, to_sandhold
+from orchestrator.e2b._sandboxes import Command, Sandbox
+from orchestrator.e2b._tooling import ToolCallError, call
+
+__all__ = ["ProcessService"]
+
+# How long one wait for output lasts; a keepalive goes out after each that saw none, so the
+# SDK's stream (and any proxy) never sits idle much longer than this.
+POLL_TIMEOUT_MS: Final = 5_000
+# A new terminal answers at once: its first output comes through the stream that follows.
+START_YIELD_MS: Final = 0
+SIGNALS: Final = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
+
+
+def _command_line(config: pb.ProcessConfig) -> str:
+    args = list(config.args)
+    if config.cmd in ("/bin/bash", "bash") and args[:2] == ["-l", "-c"] and len(args) == 3:
+        return f"/bin/bash -l -c {shlex.quote(args[2])}"
+    return shlex.join([config.cmd, *args])
+
+
+def _cwd(config: pb.ProcessConfig) -> str | None:
+    if not config.has_field("cwd") or not config.cwd:
+        return None
+    try:
+        return to_sandhold(config.cwd)
+    except OutsideHomeError as exc:
+        raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from None
+
+
+class ProcessService:
+    def __init__(self, orchestrator: Any) -> None:
+        self._orchestrator = orchestrator
+
+    async def _call(self, sandbox: Sandbox, tool: str, operation: str, **args: Any) -> Any:
+        try:
+            return await call(self._orchestrator, sandbox.tenant, tool, operation, **args)
+        except ToolCallError as exc:
+            raise connect_error(exc) from None
+
+    def _command(self, sandbox: Sandbox, selector: pb.ProcessSelector | None) -> Command:
+        chosen = selector.selector if selector is not None else None
+        if chosen is not None and chosen.field == "pid" and chosen.value in sandbox.commands:
+            return sandbox.commands[chosen.value]
+        if chosen is not None and chosen.field == "tag":
+            for command in sandbox.commands.values():
+                if command.tag == chosen.value:
+                    return command
+        raise ConnectError(Code.NOT_FOUND, "process not found")
+
+    async def start(
+        self, request: pb.StartRequest, ctx: RequestContext[Any, Any]
+    ) -> AsyncIterator[pb.StartResponse]:
+        sandbox = current_sandbox()
+        config = request.process or pb.ProcessConfig()
+        pty = request.pty if request.has_field("pty") else None
+        line = _command_line(config)
+        marker = None if pty is not None else new_marker()
+        command_line = with_stderr_marked(line, marker) if marker else line
+        started = await self._call(
+            sandbox,
+            "terminal",
+            "start",
+            session_id=sandbox.session_id,
+            command=command_line,
+            use_pty=pty is not None,
+            cwd=_cwd(config),
+            env=dict(config.envs) or None,
+            yield_time_ms=START_YIELD_MS,
+        )
+        command = sandbox.add_command(
+            terminal_id=started["terminal_id"],
+            cmd=config.cmd,
+            args=list(config.args),
+            envs=dict(config.envs),
+            cwd=config.cwd if config.has_field("cwd") else None,
+            tag=request.tag if request.has_field("tag") else None,
+            pty=pty is not None,
+            stderr_marker=marker,
+        )
+        if pty is not None and pty.size is not None and pty.size.rows and pty.size.cols:
+            await self._resize(sandbox, command, pty.size)
+        yield pb.StartResponse(event=_event("start", pb.ProcessEvent.StartEvent(pid=command.pid)))
+        async for event in self._events(sandbox, command, started):
+            yield pb.StartResponse(event=event)
+
+    async def connect(
+        self, request: pb.ConnectRequest, ctx: RequestContext[Any, Any]
+    ) -> AsyncIterator[pb.ConnectResponse]:
+        sandbox = current_sandbox()
+        command = self._command(sandbox, request.process)
+        read = await self._call(sandbox, "terminal", "read", terminal_id=command.terminal_id)
+        start = pb.ProcessEvent.StartEvent(pid=command.pid)
+        yield pb.ConnectResponse(event=_event("start", start))
+        async for event in self._events(sandbox, command, read):
+            yield pb.ConnectResponse(event=event)
+
+    async def _events(
+        self, sandbox: Sandbox, command: Command, first: dict[str, Any]
+    ) -> AsyncIterator[pb.ProcessEvent]:
+        demux = Demux(command.stderr_marker) if command.stderr_marker else None
+        answer = first
+        while True:
+            exited = answer["state"] == "exited"
+            for event in _data(command, demux, answer["output"], final=exited):
+                yield event
+            if exited:
+                code = answer["exit_code"] if answer["exit_code"] is not None else -1
+                end = pb.ProcessEvent.EndEvent(
+                    exit_code=code, exited=True, status=f"exit status {code}"
+                )
+                sandbox.commands.pop(command.pid, None)
+                yield _event("end", end)
+                return
+            if not answer["output"]:
+                yield _event("keepalive", pb.ProcessEvent.KeepAlive())
+            answer = await self._call(
+                sandbox,
+                "terminal",
+                "wait",
+                terminal_id=command.terminal_id,
+                since_seq=answer["next_seq"],
+                timeout_ms=POLL_TIMEOUT_MS,
+            )
+
+    async def list(self, request: pb.ListRequest, ctx: RequestContext[Any, Any]) -> pb.ListResponse:
+        sandbox = current_sandbox()
+        infos = []
+        for command in list(sandbox.commands.values()):
+            config = pb.ProcessConfig(
+                cmd=command.cmd, args=command.args, envs=command.envs, cwd=command.cwd
+            )
+            infos.append(pb.ProcessInfo(config=config, pid=command.pid, tag=command.tag))
+        return pb.ListResponse(processes=infos)
+
+    async def send_input(
+        self, request: pb.SendInputRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.SendInputResponse:
+        sandbox = current_sandbox()
+        command = self._command(sandbox, request.process)
+        given = request.input.input if request.input is not None else None
+        data = given.value if given is not None else b""
+        await self._call(
+            sandbox,
+            "terminal",
+            "write",
+            terminal_id=command.terminal_id,
+            input_text=data.decode("utf-8", "replace"),
+        )
+        return pb.SendInputResponse()
+
+    async def close_stdin(
+        self, request: pb.CloseStdinRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.CloseStdinResponse:
+        sandbox = current_sandbox()
+        command = self._command(sandbox, request.process)
+        await self._call(
+            sandbox,
+            "terminal",
+            "write",
+            terminal_id=command.terminal_id,
+            input_text="",
+            close_stdin=True,
+        )
+        return pb.CloseStdinResponse()
+
+    async def send_signal(
+        self, request: pb.SendSignalRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.SendSignalResponse:
+        sandbox = current_sandbox()
+        command = self._command(sandbox, request.process)
+        name = SIGNALS.get(request.signal, "KILL")
+        await self._call(sandbox, "terminal", "kill", terminal_id=command.terminal_id, signal=name)
+        return pb.SendSignalResponse()
+
+    async def update(
+        self, request: pb.UpdateRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.UpdateResponse:
+        sandbox = current_sandbox()
+        command = self._command(sandbox, request.process)
+        if request.pty is not None and request.pty.size is not None:
+            await self._resize(sandbox, command, request.pty.size)
+        return pb.UpdateResponse()
+
+    async def stream_input(self, request: Any, ctx: RequestContext[Any, Any]) -> Any:
+        raise ConnectError(
+            Code.UNIMPLEMENTED, "StreamInput is not supported by sandhold: use SendInput"
+        )
+
+    async def _resize(self, sandbox: Sandbox, command: Command, size: pb.PTY.Size) -> None:
+        await self._call(
+            sandbox,
+            "terminal",
+            "resize",
+            terminal_id=command.terminal_id,
+            rows=size.rows,
+            cols=size.cols,
+        )
+
+
+def _event(kind: str, value: Any) -> pb.ProcessEvent:
+    return pb.ProcessEvent(event=Oneof(kind, value))  # type: ignore[arg-type]
+
+
+def _data(
+    command: Command, demux: Demux | None, text: str, *, final: bool
+) -> list[pb.ProcessEvent]:
+    if demux is None:
+        if not text:
+            return []
+        return [_output("pty", text)]
+    out, err = demux.feed(text, final=final)
+    return [_output(name, text) for name, text in (("stdout", out), ("stderr", err)) if text]
+
+
+def _output(stream: str, text: str) -> pb.ProcessEvent:
+    data = Oneof(stream, text.encode())
+    return _event("data", pb.ProcessEvent.DataEvent(output=data))  # type: ignore[arg-type]
