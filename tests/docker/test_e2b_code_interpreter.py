@@ -16,7 +16,6 @@ from e2b_code_interpreter import Sandbox
 from orchestrator.images import ImageBuildResult
 from tests.docker.e2b_server import E2bServer, e2b_server
 
-
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The python-data template is built on first use (some minutes on a cold cache).
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
