@@ -18,6 +18,7 @@ SCRIPTS = (
     "repl",
     "session_ready",
     "terminal",
+    "files",
     "http_latency",
     "throughput",
     "density",
