@@ -103,5 +103,6 @@ async def test_every_operation_answers_the_fields_the_reference_lists(orch: Orch
         await call("session", operation="resume", session_id=sid)
         await call("python_repl", operation="reset", session_id=sid)
         await call("python_repl", operation="destroy", session_id=sid)
+        await call("session", operation="create", env={"A": "1"})
         await call("session", operation="close_owner", task=TASK)
     assert call.seen == set(RESULTS), sorted(set(RESULTS) - call.seen)
