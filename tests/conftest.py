@@ -27,6 +27,10 @@ RUN_ID = secrets.token_hex(6)
 TEST_ORCHESTRATOR_ID = f"test-{RUN_ID}"
 TEST_RUN_LABEL = "sandhold.test-run"
 IN_CI = bool(os.environ.get("CI"))
+# ``sandhold serve`` and ``sandhold mcp`` keep a warm pool by default; the servers tests start
+# (as subprocesses inheriting this environment) keep none unless a test asks, so that what a
+# test counts is what it made.
+os.environ.setdefault("SANDHOLD_POOL", "0")
 
 
 def _engine_problem() -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator._core.data_dir import data_dir
-from orchestrator._core.limits import DEFAULT_MAX_SESSIONS
+from orchestrator._core.limits import DEFAULT_MAX_SESSIONS, DEFAULT_SERVE_POOL
 from orchestrator._core.tenants import TenantConfig
 from orchestrator.audit._log import AuditConfig
 from orchestrator.errors import InvalidArgumentError
@@ -37,6 +37,9 @@ class OrchestratorConfig:
     reap_interval: float = 30.0
     # Warm pools to keep from the start: policy name -> ready sessions.
     pool: dict[str, int] = field(default_factory=dict)
+    # A pool nothing was taken from for this long (seconds) drains to zero until the next take;
+    # None keeps it full.
+    pool_idle_timeout: float | None = None
     # Where the audit log's segments go; None keeps no audit log.
     audit_dir: Path | None = None
     audit: AuditConfig = field(default_factory=AuditConfig)
@@ -82,6 +85,25 @@ class OrchestratorConfig:
         if self.template_dirs is not None:
             return self.template_dirs
         return (data_dir() / "templates",)
+
+    def with_default_pool(self, size: int | None, idle: float) -> OrchestratorConfig:
+        """For ``serve`` and ``mcp``: keeping ``size`` warm sessions of the default policy,
+        drained after ``idle`` seconds without a take; ``size`` None is
+        ``DEFAULT_SERVE_POOL``, or none when the default policy is a file (pools are kept per
+        policy name)."""
+        from orchestrator.policy.arguments import check_policy_name
+
+        try:
+            check_policy_name(self.default_policy)
+        except InvalidArgumentError:
+            if size:
+                message = "--pool needs a policy name, not a policy file"
+                raise InvalidArgumentError(message) from None
+            return self
+        size = DEFAULT_SERVE_POOL if size is None else size
+        if not size:
+            return self
+        return dataclasses.replace(self, pool={self.default_policy: size}, pool_idle_timeout=idle)
 
     def side_by_side(self, kind: str, *, adopt: bool) -> OrchestratorConfig:
         """For a command of which several may run at once (``mcp``, ``run``, ``shell``): a

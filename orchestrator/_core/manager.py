@@ -459,6 +459,7 @@ class SessionManager:
             size,
             build=lambda policy: self._new_session(POOL_TENANT, policy, preload=True),
             discard=self._discard_pooled,
+            idle_timeout=self.config.pool_idle_timeout,
         )
         self._pools[effective.name] = pool
         await self._task_group.start(pool.run)
@@ -593,6 +594,15 @@ class SessionManager:
         left = len(self._table.owned_by(tenant, closing))
         starting = self._admission.starting(tenant, closing)
         return {"task": closing, "sessions_ended": ended, "converged": left == 0 and not starting}
+
+    # -- egress ---------------------------------------------------------------------------
+
+    async def network_log(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The session's egress attempts, oldest first; empty when its policy has no network."""
+        session = self.find_session(session_id, tenant=tenant)
+        if session.policy.network.mode == "none":
+            return []
+        return await self.backend.network_log(session.container_id)
 
     # -- pause and resume -----------------------------------------------------------------
 

@@ -5,7 +5,9 @@ Invariants: a pooled session is handed out at most once and was never anyone's b
 older than its policy's maximum lifetime (less a margin for the new owner) is handed out, nor
 one of a policy other than the pool's (``use_policy`` retires what was made under the old one,
 a session being built included); the pool refills in the background, one session at a time,
-backing off while the engine fails; a size of zero drains it.
+backing off while the engine fails; a size of zero drains it. With an ``idle_timeout``, a pool
+nothing was taken from for that long drains to zero (a server nobody uses holds no containers)
+and fills again at the next take.
 """
 
 from __future__ import annotations
@@ -36,9 +38,19 @@ Discard = Callable[[Session, str], Awaitable[None]]
 
 
 class WarmPool:
-    def __init__(self, policy: Policy, size: int, *, build: Build, discard: Discard) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        size: int,
+        *,
+        build: Build,
+        discard: Discard,
+        idle_timeout: float | None = None,
+    ) -> None:
         self.policy = policy
         self.size = size
+        self.idle_timeout = idle_timeout
+        self._last_take = time.monotonic()
         self._build = build
         self._discard = discard
         self._ready: deque[Session] = deque()
@@ -49,12 +61,23 @@ class WarmPool:
     def ready(self) -> int:
         return len(self._ready)
 
+    @property
+    def target(self) -> int:
+        """How many sessions the pool keeps now: its size, or none once idle."""
+        if self.idle_timeout is not None and self._idle_for() >= self.idle_timeout:
+            return 0
+        return self.size
+
+    def _idle_for(self) -> float:
+        return time.monotonic() - self._last_take
+
     def container_ids(self) -> set[str]:
         """Containers this pool holds, ready or on their way out."""
         return {s.container_id for s in (*self._ready, *self._stale)}
 
     def take_nowait(self) -> Session | None:
         """A ready session, or None when the pool is empty (the caller then builds one cold)."""
+        self._last_take = time.monotonic()
         self._wake.set()
         while self._ready:
             session = self._ready.popleft()
@@ -72,6 +95,7 @@ class WarmPool:
 
     def resize(self, size: int) -> None:
         self.size = size
+        self._last_take = time.monotonic()  # asked for now: not idle
         self._wake.set()
 
     def _fresh(self, session: Session) -> bool:
@@ -88,7 +112,7 @@ class WarmPool:
             backoff = 1.0
             while True:
                 await self._retire()
-                if len(self._ready) < self.size:
+                if len(self._ready) < self.target:
                     try:
                         policy = self.policy
                         session = await self._build(policy)
@@ -102,7 +126,7 @@ class WarmPool:
                         backoff = min(backoff * 2, MAX_BACKOFF)
                         continue
                 self._wake = anyio.Event()
-                with anyio.move_on_after(CHECK_INTERVAL):
+                with anyio.move_on_after(self._next_check()):
                     await self._wake.wait()
         finally:
             with anyio.CancelScope(shield=True):
@@ -110,11 +134,19 @@ class WarmPool:
                 self._ready.clear()
                 await self._retire()
 
+    def _next_check(self) -> float:
+        """Seconds until the pool must look again: at most ``CHECK_INTERVAL``, sooner when it
+        is to go idle before then (a little after, so that it then is)."""
+        if self.idle_timeout is None or not self.target:
+            return CHECK_INTERVAL
+        return min(CHECK_INTERVAL, self.idle_timeout - self._idle_for() + 0.01)
+
     async def _retire(self) -> None:
         """Remove what is stale and what exceeds the size (a pool resized down, or to zero)."""
         self._stale.extend(s for s in self._ready if not self._fresh(s))
         kept = [s for s in self._ready if self._fresh(s)]
-        self._stale.extend(kept[self.size :])
-        self._ready = deque(kept[: self.size])
+        target = self.target
+        self._stale.extend(kept[target:])
+        self._ready = deque(kept[:target])
         while self._stale:
             await self._discard(self._stale.pop(), "retired from the warm pool")

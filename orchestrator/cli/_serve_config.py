@@ -8,6 +8,7 @@ overrides the built-in defaults. Paths in the file are relative to the file's di
     policy = "strict"
     tenants = "tenants.toml"
     pool = 4
+    pool_idle = 600
     data_dir = "/var/lib/sandhold"
     registry = "/var/lib/sandhold/registry.db"
     max_sessions = 200
@@ -32,7 +33,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator._core.config import OrchestratorConfig
-from orchestrator._core.limits import MAX_POOL_SIZE
+from orchestrator._core.limits import DEFAULT_POOL_IDLE, MAX_POOL_SIZE
 from orchestrator.errors import ConfigFileError, InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig
 from orchestrator.policy._validation import first_problem
@@ -56,7 +57,9 @@ class ServeSettings(BaseModel):
     e2b_port: int | None = Field(default=None, ge=0, le=65535)
     tenants: Path | None = None
     policy: str | None = Field(default=None, min_length=1)
-    pool: int = Field(default=0, ge=0, le=MAX_POOL_SIZE)
+    # None: the default pool (``DEFAULT_SERVE_POOL``), or none for a default policy given as a file.
+    pool: int | None = Field(default=None, ge=0, le=MAX_POOL_SIZE)
+    pool_idle: float = Field(default=DEFAULT_POOL_IDLE, ge=1.0)
     data_dir: Path | None = None
     registry: Path | None = None
     max_sessions: int = Field(default=OrchestratorConfig.max_sessions, ge=1)

@@ -32,7 +32,6 @@ from orchestrator.cli.image import with_image
 from orchestrator.cli.tenant import default_tenants_file
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
-from orchestrator.policy.arguments import check_policy_name
 from orchestrator.policy.model import load_policy
 
 __all__ = ["plan_serving", "serve_until_stopped"]
@@ -76,8 +75,7 @@ def plan_serving(settings: ServeSettings) -> _Plan:
     policy = settings.policy
     config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
     load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
-    if settings.pool:
-        config = _with_pool(config, settings.pool)
+    config = config.with_default_pool(settings.pool, settings.pool_idle)
     tenants = _tenants_file(settings.tenants)
     keys, notice = _keys(tenants)
     limits = _within_descriptors(
@@ -117,14 +115,6 @@ def plan_serving(settings: ServeSettings) -> _Plan:
         config, keys, tenants, limits, listener, settings.host, notice, settings.log_format,
         e2b_listener,
     )  # fmt: skip
-
-
-def _with_pool(config: OrchestratorConfig, size: int) -> OrchestratorConfig:
-    try:
-        check_policy_name(config.default_policy)  # pools are kept per policy name
-    except InvalidArgumentError:
-        raise InvalidArgumentError("--pool needs a policy name, not a policy file") from None
-    return dataclasses.replace(config, pool={config.default_policy: size})
 
 
 def _tenants_file(given: Path | None) -> Path | None:

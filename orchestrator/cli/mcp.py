@@ -7,7 +7,9 @@ further signals during that teardown are absorbed rather than cutting it short.
 
 Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SANDHOLD_IMAGE``,
 ``SANDHOLD_ORCHESTRATOR_ID``, ``SANDHOLD_EXTRA_LABELS``, ...); ``--policy`` wins over
-``SANDHOLD_POLICY``.
+``SANDHOLD_POLICY``; ``SANDHOLD_POOL`` and ``SANDHOLD_POOL_IDLE`` for ``--pool`` and
+``--pool-idle``: a warm pool of the default policy (2 sessions unless told, filled in the
+background, drained after ``--pool-idle`` seconds without a take), as ``sandhold serve`` keeps.
 
 ``--connect URL`` (or ``SANDHOLD_CONNECT``) serves no sessions of its own: it forwards every call to
 the ``sandhold serve`` at URL (``orchestrator.mcp_forward``) with ``--key`` / ``SANDHOLD_API_KEY``
@@ -32,6 +34,7 @@ import anyio
 import anyio.abc
 import typer
 
+from orchestrator._core.limits import DEFAULT_POOL_IDLE, DEFAULT_SERVE_POOL, MAX_POOL_SIZE
 from orchestrator.cli._common import reported_errors
 from orchestrator.errors import InvalidArgumentError
 
@@ -80,6 +83,26 @@ def mcp(
             envvar="SANDHOLD_TASK", help="With --connect: the task every call is made for."
         ),
     ] = None,
+    pool: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=MAX_POOL_SIZE,
+            envvar="SANDHOLD_POOL",
+            show_default=False,
+            help="Sessions of the default policy kept warm, filled in the background "
+            f"(0: none; default {DEFAULT_SERVE_POOL}, none for a policy file).",
+        ),
+    ] = None,
+    pool_idle: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            envvar="SANDHOLD_POOL_IDLE",
+            help="Seconds without a session taken from the pool after which it drains to zero; "
+            "the next take fills it again.",
+        ),
+    ] = DEFAULT_POOL_IDLE,
 ) -> None:
     """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
     from orchestrator.mcp_server.handshake import answer_initialize_early
@@ -93,18 +116,23 @@ def mcp(
             raise InvalidArgumentError("--policy does not apply with --connect: name one per call")
         # Before anything slow is imported: the client is answered while the rest loads.
         early = answer_initialize_early()
-        serve = _forwarding(connect, key, task, early) if connect else _serving(policy, early)
+        if connect:
+            serve = _forwarding(connect, key, task, early)
+        else:
+            serve = _serving(policy, early, pool, pool_idle)
         stopped_by = anyio.run(_serve_until_stopped, serve)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
 
 
-def _serving(policy: str | None, early: EarlyAnswer) -> Callable[[], Awaitable[None]]:
+def _serving(
+    policy: str | None, early: EarlyAnswer, pool: int | None, pool_idle: float
+) -> Callable[[], Awaitable[None]]:
     from orchestrator._core.config import OrchestratorConfig
     from orchestrator.policy.model import load_policy
 
     config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
-    config = config.side_by_side("mcp", adopt=True)
+    config = config.side_by_side("mcp", adopt=True).with_default_pool(pool, pool_idle)
     load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
     return lambda: _serve(config, early)
 

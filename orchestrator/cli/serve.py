@@ -3,8 +3,10 @@ on one address, for the tenants of a tenants file or else one local tenant.
 
 The port is bound before anything slow happens, so a taken port fails at once; then the image is
 built if missing, the orchestrator started, ``--pool`` sessions of the default policy warmed
-(with a progress display on stderr), and the address printed (with the local tenant's key
-when it was just made: it is shown only that once, and kept mode 0600 in the data directory).
+(2 unless told; ``--pool 0`` keeps none; drained after ``--pool-idle`` seconds without a take,
+filled again at the next) with a progress display on stderr, and the address printed (with
+the local tenant's key when it was just made: it is shown only that once, and kept mode 0600
+in the data directory).
 
 Stopping: the first Ctrl-C or SIGTERM stops accepting requests, lets those in flight finish
 for ``GRACEFUL_SHUTDOWN_TIMEOUT``, then tears down every session this server created (shielded,
@@ -35,8 +37,9 @@ answers carry ``X-Sandhold-Call-Id``, the id of the call in the audit log and th
 
 Environment: the ``SANDHOLD_*`` settings of ``OrchestratorConfig.from_env`` (``SANDHOLD_IMAGE``,
 ``SANDHOLD_ORCHESTRATOR_ID``, ``SANDHOLD_EXTRA_LABELS``, ``SANDHOLD_REGISTRY``, ...; ``--policy``
-wins over ``SANDHOLD_POLICY``), ``SANDHOLD_POOL`` for ``--pool``, and ``SANDHOLD_DATA_DIR`` for the
-local key and the registry (else ``$XDG_DATA_HOME/sandhold``, else ``~/.local/share/sandhold``).
+wins over ``SANDHOLD_POLICY``), ``SANDHOLD_POOL`` for ``--pool``, ``SANDHOLD_POOL_IDLE`` for
+``--pool-idle``, and ``SANDHOLD_DATA_DIR`` for the local key and the registry (else
+``$XDG_DATA_HOME/sandhold``, else ``~/.local/share/sandhold``).
 """
 
 from __future__ import annotations
@@ -46,7 +49,12 @@ from typing import Annotated
 
 import typer
 
-from orchestrator._core.limits import DEFAULT_MAX_SESSIONS, MAX_POOL_SIZE
+from orchestrator._core.limits import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_POOL_IDLE,
+    DEFAULT_SERVE_POOL,
+    MAX_POOL_SIZE,
+)
 from orchestrator.cli._logging import LogFormat
 from orchestrator.http._limits import HttpLimitsConfig
 
@@ -92,14 +100,25 @@ def serve(
         typer.Option(help="Default policy (name or file) for sessions a call names none for."),
     ] = None,
     pool: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
             max=MAX_POOL_SIZE,
             envvar="SANDHOLD_POOL",
-            help="Sessions of the default policy to keep warm, filled before serving starts.",
+            show_default=False,
+            help="Sessions of the default policy to keep warm, filled before serving starts "
+            f"(0: none; default {DEFAULT_SERVE_POOL}, none for a policy file).",
         ),
-    ] = 0,
+    ] = None,
+    pool_idle: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            envvar="SANDHOLD_POOL_IDLE",
+            help="Seconds without a session taken from the pool after which it drains to zero; "
+            "the next take fills it again.",
+        ),
+    ] = DEFAULT_POOL_IDLE,
     max_sessions: Annotated[
         int,
         typer.Option(

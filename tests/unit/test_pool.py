@@ -9,13 +9,22 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core.limits import DEFAULT_SERVE_POOL
 from orchestrator._core.pool import WarmPool
+from orchestrator.errors import InvalidArgumentError
 from orchestrator.policy.model import load_policy
 
 pytestmark = pytest.mark.anyio
 
 
-def make_pool(size: int, lifetime: float, built: list[Any], discarded: list[str]) -> WarmPool:
+def make_pool(
+    size: int,
+    lifetime: float,
+    built: list[Any],
+    discarded: list[str],
+    idle_timeout: float | None = None,
+) -> WarmPool:
     policy = load_policy("default")
     policy = policy.model_copy(
         update={
@@ -31,7 +40,7 @@ def make_pool(size: int, lifetime: float, built: list[Any], discarded: list[str]
     async def discard(session: Any, reason: str) -> None:
         discarded.append(session.id)
 
-    return WarmPool(policy, size, build=build, discard=discard)
+    return WarmPool(policy, size, build=build, discard=discard, idle_timeout=idle_timeout)
 
 
 async def test_the_pool_fills_hands_each_session_out_once_and_refills() -> None:
@@ -70,3 +79,57 @@ async def test_a_session_past_half_its_lifetime_is_never_handed_out() -> None:
                 await anyio.sleep(0.01)
         assert pool.take_nowait() is built[1]
         tg.cancel_scope.cancel()
+
+
+async def until(condition: Any) -> None:
+    with anyio.fail_after(5):
+        while not condition():  # noqa: ASYNC110 (no pool event)
+            await anyio.sleep(0.01)
+
+
+async def test_an_idle_pool_drains_to_zero_and_the_next_take_fills_it_again() -> None:
+    built: list[Any] = []
+    discarded: list[str] = []
+    pool = make_pool(2, 3600, built, discarded, idle_timeout=0.3)
+    async with anyio.create_task_group() as tg:
+        await tg.start(pool.run)
+        await until(lambda: pool.ready == 2)
+        assert pool.target == 2
+        await until(lambda: len(discarded) == 2)  # nothing taken for 0.3 s
+        assert pool.ready == 0 and pool.target == 0 and pool.size == 2
+        assert sorted(discarded) == ["s0", "s1"] and len(built) == 2  # none rebuilt while idle
+        assert pool.take_nowait() is None  # the take that wakes it is a miss, built cold
+        assert pool.target == 2
+        await until(lambda: pool.ready == 2)
+        assert len(built) == 4
+        taken = pool.take_nowait()  # a take keeps it warm
+        assert taken is built[2]
+        tg.cancel_scope.cancel()
+
+
+async def test_without_an_idle_timeout_the_pool_stays_full() -> None:
+    built: list[Any] = []
+    discarded: list[str] = []
+    pool = make_pool(1, 3600, built, discarded)
+    async with anyio.create_task_group() as tg:
+        await tg.start(pool.run)
+        await until(lambda: pool.ready == 1)
+        pool._last_take -= 10_000  # as if untouched for hours
+        assert pool.target == 1
+        tg.cancel_scope.cancel()
+    assert len(built) == 1
+
+
+def test_serve_and_mcp_keep_the_default_pool_unless_told_and_none_for_a_policy_file() -> None:
+    assert OrchestratorConfig().pool == {}  # the Python API keeps none unless asked
+    default = OrchestratorConfig().with_default_pool(None, 300.0)
+    assert default.pool == {"default": DEFAULT_SERVE_POOL} and default.pool_idle_timeout == 300.0
+    assert OrchestratorConfig().with_default_pool(0, 300.0).pool == {}
+    assert OrchestratorConfig(default_policy="strict").with_default_pool(4, 60.0).pool == {
+        "strict": 4
+    }
+    from_file = OrchestratorConfig(default_policy="/etc/sandhold/mine.toml")
+    assert from_file.with_default_pool(None, 300.0).pool == {}
+    assert from_file.with_default_pool(0, 300.0).pool == {}
+    with pytest.raises(InvalidArgumentError, match="--pool needs a policy name"):
+        from_file.with_default_pool(2, 300.0)
