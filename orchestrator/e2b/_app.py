@@ -24,8 +24,7 @@ from orchestrator._core.tenants import TenantKeys
 from orchestrator.e2b._codec import ENVD_JSON_CODEC
 from orchestrator.e2b._context import sandbox_scope
 from orchestrator.e2b._control import Control
-from orchestrator.e2b._envd.filesystem.filesystem_connect import FilesystemASGIApplication
-from orchestrator.e2b._envd.process.process_connect import ProcessASGIApplication
+from orchestrator.e2b._envd import filesystem_connect, process_connect
 from orchestrator.e2b._envd_http import envd_http
 from orchestrator.e2b._filesystem import FilesystemService
 from orchestrator.e2b._interpreter import Interpreter
@@ -57,8 +56,10 @@ class E2bApp:
         self.control = Starlette(routes=Control(orchestrator, keys, self.table).routes())
         process: Any = ProcessService(orchestrator)
         filesystem: Any = FilesystemService(orchestrator)
-        self.process = ProcessASGIApplication(process, codecs=[ENVD_JSON_CODEC])
-        self.filesystem = FilesystemASGIApplication(filesystem, codecs=[ENVD_JSON_CODEC])
+        self.process = process_connect.ProcessASGIApplication(process, codecs=[ENVD_JSON_CODEC])
+        self.filesystem = filesystem_connect.FilesystemASGIApplication(
+            filesystem, codecs=[ENVD_JSON_CODEC]
+        )
         self.envd_http = envd_http(orchestrator)
         self.interpreter = Interpreter(orchestrator).app()
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import contextvars
 
-from orchestrator.e2b._sandboxes import Sandbox
+from orchestrator.e2b._sandboxes import E2bSandbox
 
 __all__ = ["current_sandbox", "sandbox_scope"]
 
-_CURRENT: contextvars.ContextVar[Sandbox] = contextvars.ContextVar("e2b_sandbox")
+_CURRENT: contextvars.ContextVar[E2bSandbox] = contextvars.ContextVar("e2b_sandbox")
 
 
-def current_sandbox() -> Sandbox:
+def current_sandbox() -> E2bSandbox:
     return _CURRENT.get()
 
 
-def sandbox_scope(sandbox: Sandbox) -> contextvars.Token[Sandbox]:
+def sandbox_scope(sandbox: E2bSandbox) -> contextvars.Token[E2bSandbox]:
     return _CURRENT.set(sandbox)

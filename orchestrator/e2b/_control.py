@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from orchestrator._core.tenants import TenantKeys
 from orchestrator.e2b._errors import e2b_error, status_of
-from orchestrator.e2b._sandboxes import Sandbox, SandboxTable, utc_now
+from orchestrator.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
 from orchestrator.e2b._tooling import ToolCallError, call
 from orchestrator.errors import OrchestratorError
 
@@ -89,7 +89,7 @@ class Control:
             return None
         return template
 
-    async def _sandbox(self, request: Request) -> tuple[str, Sandbox] | Response:
+    async def _sandbox(self, request: Request) -> tuple[str, E2bSandbox] | Response:
         tenant = self.tenant(request)
         if tenant is None:
             return e2b_error(401, "Invalid API key")
@@ -99,7 +99,7 @@ class Control:
             return e2b_error(404, f"sandbox {sandbox_id!r} not found")
         return tenant, sandbox
 
-    async def _alive(self, sandbox: Sandbox) -> bool:
+    async def _alive(self, sandbox: E2bSandbox) -> bool:
         """Whether its session still exists (idle teardown or max lifetime may have ended it);
         a sandbox whose session is gone leaves the table."""
         listed = await call(self.orchestrator, sandbox.tenant, "python_repl", "list_sessions")
@@ -108,7 +108,7 @@ class Control:
             self.table.remove(sandbox.sandbox_id)
         return alive
 
-    def created(self, sandbox: Sandbox, status: int = 201) -> JSONResponse:
+    def created(self, sandbox: E2bSandbox, status: int = 201) -> JSONResponse:
         return JSONResponse(
             {
                 "sandboxID": sandbox.sandbox_id,
@@ -122,7 +122,7 @@ class Control:
             status_code=status,
         )
 
-    def listed(self, sandbox: Sandbox) -> dict[str, Any]:
+    def listed(self, sandbox: E2bSandbox) -> dict[str, Any]:
         return {
             "templateID": sandbox.template,
             "sandboxID": sandbox.sandbox_id,
@@ -170,7 +170,7 @@ class Control:
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
         now = utc_now()
-        sandbox = Sandbox(
+        sandbox = E2bSandbox(
             sandbox_id=self.table.new_id(),
             tenant=tenant,
             session_id=created["session_id"],
@@ -286,7 +286,7 @@ class Control:
             return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is not paused")
         return await self._resume(tenant, sandbox)
 
-    async def _resume(self, tenant: str, sandbox: Sandbox) -> Response:
+    async def _resume(self, tenant: str, sandbox: E2bSandbox) -> Response:
         try:
             await call(
                 self.orchestrator, tenant, "session", "resume", session_id=sandbox.session_id

@@ -13,7 +13,7 @@ import shlex
 from typing import Any, Final
 
 from orchestrator.e2b._paths import WORKSPACE, to_e2b
-from orchestrator.e2b._sandboxes import Sandbox
+from orchestrator.e2b._sandboxes import E2bSandbox
 from orchestrator.e2b._tooling import ToolCallError, call
 
 __all__ = ["Entry", "SandboxFiles"]
@@ -24,7 +24,7 @@ _CONFIRMED: Final = True
 
 
 class SandboxFiles:
-    def __init__(self, orchestrator: Any, sandbox: Sandbox) -> None:
+    def __init__(self, orchestrator: Any, sandbox: E2bSandbox) -> None:
         self._orchestrator = orchestrator
         self._sandbox = sandbox
 

@@ -13,7 +13,7 @@ from connectrpc.request import RequestContext
 from protobuf.wkt import Timestamp
 
 from orchestrator.e2b._context import current_sandbox
-from orchestrator.e2b._envd.filesystem import filesystem_pb as pb
+from orchestrator.e2b._envd import filesystem_pb as pb
 from orchestrator.e2b._errors import connect_error
 from orchestrator.e2b._files import Entry, SandboxFiles
 from orchestrator.e2b._paths import OutsideHomeError, to_e2b, to_sandhold

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from orchestrator.e2b._context import current_sandbox
 from orchestrator.e2b._errors import e2b_error, status_of
 from orchestrator.e2b._paths import HOME
-from orchestrator.e2b._sandboxes import Sandbox
+from orchestrator.e2b._sandboxes import E2bSandbox
 from orchestrator.e2b._tooling import ToolCallError, call
 
 __all__ = ["Interpreter", "result_of"]
@@ -60,7 +60,7 @@ def result_of(bundle: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _context(sandbox: Sandbox) -> dict[str, Any]:
+def _context(sandbox: E2bSandbox) -> dict[str, Any]:
     return {"id": DEFAULT_CONTEXT, "language": "python", "cwd": HOME}
 
 
@@ -102,7 +102,7 @@ class Interpreter:
             self._stream(sandbox, body["code"], envs), media_type="application/x-ndjson"
         )
 
-    async def _stream(self, sandbox: Sandbox, code: str, envs: Any) -> Any:
+    async def _stream(self, sandbox: E2bSandbox, code: str, envs: Any) -> Any:
         send, receive = anyio.create_memory_object_stream[bytes](math.inf)
         outcome: dict[str, Any] = {}
 
@@ -136,7 +136,7 @@ class Interpreter:
         for line in self._ending(sandbox, outcome):
             yield line
 
-    def _ending(self, sandbox: Sandbox, outcome: dict[str, Any]) -> list[bytes]:
+    def _ending(self, sandbox: E2bSandbox, outcome: dict[str, Any]) -> list[bytes]:
         lines = []
         failed: ToolCallError | None = outcome.get("error")
         if failed is not None:

@@ -22,10 +22,10 @@ from protobuf import Oneof
 
 from orchestrator.e2b._context import current_sandbox
 from orchestrator.e2b._demux import Demux, new_marker, with_stderr_marked
-from orchestrator.e2b._envd.process import process_pb as pb
+from orchestrator.e2b._envd import process_pb as pb
 from orchestrator.e2b._errors import connect_error
 from orchestrator.e2b._paths import OutsideHomeError, to_sandhold
-from orchestrator.e2b._sandboxes import Command, Sandbox
+from orchestrator.e2b._sandboxes import Command, E2bSandbox
 from orchestrator.e2b._tooling import ToolCallError, call
 
 __all__ = ["ProcessService"]
@@ -58,13 +58,13 @@ class ProcessService:
     def __init__(self, orchestrator: Any) -> None:
         self._orchestrator = orchestrator
 
-    async def _call(self, sandbox: Sandbox, tool: str, operation: str, **args: Any) -> Any:
+    async def _call(self, sandbox: E2bSandbox, tool: str, operation: str, **args: Any) -> Any:
         try:
             return await call(self._orchestrator, sandbox.tenant, tool, operation, **args)
         except ToolCallError as exc:
             raise connect_error(exc) from None
 
-    def _command(self, sandbox: Sandbox, selector: pb.ProcessSelector | None) -> Command:
+    def _command(self, sandbox: E2bSandbox, selector: pb.ProcessSelector | None) -> Command:
         chosen = selector.selector if selector is not None else None
         if chosen is not None and chosen.field == "pid" and chosen.value in sandbox.commands:
             return sandbox.commands[chosen.value]
@@ -122,7 +122,7 @@ class ProcessService:
             yield pb.ConnectResponse(event=event)
 
     async def _events(
-        self, sandbox: Sandbox, command: Command, first: dict[str, Any]
+        self, sandbox: E2bSandbox, command: Command, first: dict[str, Any]
     ) -> AsyncIterator[pb.ProcessEvent]:
         demux = Demux(command.stderr_marker) if command.stderr_marker else None
         answer = first
@@ -213,7 +213,7 @@ class ProcessService:
             Code.UNIMPLEMENTED, "StreamInput is not supported by sandhold: use SendInput"
         )
 
-    async def _resize(self, sandbox: Sandbox, command: Command, size: pb.PTY.Size) -> None:
+    async def _resize(self, sandbox: E2bSandbox, command: Command, size: pb.PTY.Size) -> None:
         await self._call(
             sandbox,
             "terminal",
@@ -225,7 +225,7 @@ class ProcessService:
 
 
 def _event(kind: str, value: Any) -> pb.ProcessEvent:
-    return pb.ProcessEvent(event=Oneof(kind, value))  # type: ignore[arg-type]
+    return pb.ProcessEvent(event=Oneof(kind, value))
 
 
 def _data(
@@ -241,4 +241,4 @@ def _data(
 
 def _output(stream: str, text: str) -> pb.ProcessEvent:
     data = Oneof(stream, text.encode())
-    return _event("data", pb.ProcessEvent.DataEvent(output=data))  # type: ignore[arg-type]
+    return _event("data", pb.ProcessEvent.DataEvent(output=data))

@@ -15,7 +15,7 @@ import secrets
 import string
 from typing import Final, Literal
 
-__all__ = ["Command", "Sandbox", "SandboxTable", "utc_now"]
+__all__ = ["Command", "E2bSandbox", "SandboxTable", "utc_now"]
 
 # E2B's ids are 20 lowercase letters and digits; clients and their logs expect that shape.
 _ID_ALPHABET: Final = string.ascii_lowercase + string.digits
@@ -47,7 +47,7 @@ class Command:
 
 
 @dataclasses.dataclass
-class Sandbox:
+class E2bSandbox:
     sandbox_id: str
     tenant: str
     session_id: str
@@ -76,7 +76,7 @@ class Sandbox:
 
 class SandboxTable:
     def __init__(self) -> None:
-        self._sandboxes: dict[str, Sandbox] = {}
+        self._sandboxes: dict[str, E2bSandbox] = {}
 
     def new_id(self) -> str:
         while True:
@@ -84,26 +84,26 @@ class SandboxTable:
             if sandbox_id not in self._sandboxes:
                 return sandbox_id
 
-    def add(self, sandbox: Sandbox) -> None:
+    def add(self, sandbox: E2bSandbox) -> None:
         self._sandboxes[sandbox.sandbox_id] = sandbox
 
     def remove(self, sandbox_id: str) -> None:
         self._sandboxes.pop(sandbox_id, None)
 
-    def of_tenant(self, sandbox_id: str, tenant: str) -> Sandbox | None:
+    def of_tenant(self, sandbox_id: str, tenant: str) -> E2bSandbox | None:
         found = self._sandboxes.get(sandbox_id)
         return found if found is not None and found.tenant == tenant else None
 
-    def with_token(self, sandbox_id: str, token: str | None) -> Sandbox | None:
+    def with_token(self, sandbox_id: str, token: str | None) -> E2bSandbox | None:
         found = self._sandboxes.get(sandbox_id)
         expected = found.access_token if found is not None else "-" * 43
         matches = hmac.compare_digest(expected.encode(), (token or "").encode())
         return found if found is not None and matches else None
 
-    def listed(self, tenant: str) -> list[Sandbox]:
+    def listed(self, tenant: str) -> list[E2bSandbox]:
         return [s for s in self._sandboxes.values() if s.tenant == tenant]
 
-    def expired(self, now: datetime.datetime) -> list[Sandbox]:
+    def expired(self, now: datetime.datetime) -> list[E2bSandbox]:
         return [s for s in self._sandboxes.values() if s.end_at <= now]
 
     def __len__(self) -> int:
