@@ -40,7 +40,10 @@ CODE = "1+1"
 
 @contextlib.asynccontextmanager
 async def serving(orch: Orchestrator) -> AsyncIterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on such sockets, and without it each
+    # kept-alive response waits ~40 ms for the client's delayed ACK (as sandhold serve's own
+    # accept loop knows: orchestrator/http/_server.py).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     app = build_app(orch, KEYS, mcp=False)
