@@ -134,6 +134,10 @@ class Worker:
             return {}
         if request.op == "ping":
             return {"pong": True}
+        if request.op == "set_env":
+            # The session's env, for every cell and child from now on (the host checked it).
+            os.environ.update(request.args["env"])
+            return {}
         if request.op == "preload":
             return preload(request.args["modules"], self.executor.restrictions)
         return {}  # shutdown: the reply is all there is to it

@@ -18,6 +18,7 @@ OPS: dict[str, dict[str, type]] = {
     "reset": {},
     "ping": {},
     "preload": {"modules": list},
+    "set_env": {"env": dict},
     "shutdown": {},
 }
 # Arguments an operation may be given besides those: streaming output as it comes, and

@@ -30,10 +30,6 @@ TRICKY = 'it\'s "$HOME" \\n `x` é\nsecond line'
 SESSION_ENV = {"GREETING": "hello from the session", "TRICKY": TRICKY}
 # A value that must never appear in the audit log.
 SECRET = "sk-live-7f3a9c1e5b2d4086"
-# Until the worker takes the session env (a worker request, `set_env`), the REPL does not see it.
-REPL_PENDING = pytest.mark.xfail(
-    strict=True, reason="the REPL worker is not told the session env yet (worker side pending)"
-)
 
 
 @pytest.fixture
@@ -173,11 +169,26 @@ async def test_a_call_that_creates_its_session_gives_it_session_env(orch: Orches
     assert refused["error_type"] == "invalid_argument"
 
 
-@REPL_PENDING
-async def test_the_repl_sees_the_session_env(worker_image: ImageBuildResult) -> None:
+async def test_the_repl_sees_the_session_env_and_a_new_worker_keeps_it(
+    worker_image: ImageBuildResult,
+) -> None:
     async with Orchestrator(config(worker_image.tag)) as orch:
         sid = await create(orch, SESSION_ENV, policy="unrestricted-python")
         assert await repl_env(orch, sid, "TRICKY") == TRICKY
+        await call(orch, "python_repl", operation="reset", session_id=sid)  # a fresh worker
+        assert await repl_env(orch, sid, "GREETING") == "hello from the session"
+        # A cell's own env is over the session's for that cell only, then it is back.
+        code = "import os\nos.environ['GREETING']"
+        cell = await call(
+            orch,
+            "python_repl",
+            operation="execute",
+            session_id=sid,
+            code=code,
+            env={"GREETING": "just this cell"},
+        )
+        assert cell["result_repr"] == repr("just this cell")
+        assert await repl_env(orch, sid, "GREETING") == "hello from the session"
 
 
 async def test_a_pooled_session_gets_the_env_of_the_call_that_takes_it(
@@ -196,7 +207,6 @@ async def test_a_pooled_session_gets_the_env_of_the_call_that_takes_it(
         assert await process_env(orch, sid, "GREETING") == "hello from the session"
 
 
-@REPL_PENDING
 async def test_a_pooled_sessions_repl_sees_its_env(worker_image: ImageBuildResult) -> None:
     async with Orchestrator(config(worker_image.tag)) as orch:
         await orch.set_pool_size("unrestricted-python", 1)

@@ -138,6 +138,8 @@ class Repl:
         # A persistent worker left by an orchestrator before this one, reached on first use.
         self._adopt_pid = adopt_pid
         self._on_new_worker = on_new_worker
+        # The session's env (Session.set_env): every worker of the session starts with it.
+        self._session_env: dict[str, str] = {}
         # True once a worker with user state was lost; reported by the next execute.
         self._state_lost = False
         # True once a cell saw the container stop: the session is over, whatever else holds it.
@@ -163,6 +165,7 @@ class Repl:
                     worker_config(self._policy),
                     max_frame=self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES,
                     argv=self._worker_argv,
+                    env=self._session_env,
                 )
             except (ProtocolViolation, WorkerExited, TimeoutError) as exc:
                 cause = str(exc) or "no ready frame in time"
@@ -402,6 +405,14 @@ class Repl:
 
     async def inspect(self, name: str) -> InspectReply:
         return payload(await self._quick("inspect", name=name), InspectReply)
+
+    async def set_env(self, env: Mapping[str, str]) -> None:
+        """The session's env (checked by the caller): the running worker is told, and every
+        worker started after it (a crash, a timeout, a reset) starts with it. An adopted worker
+        was told by the orchestrator before, and keeps it."""
+        self._session_env = dict(env)
+        if self._session_env and self._worker is not None and self._worker.alive:
+            await self._quick("set_env", env=self._session_env)
 
     async def preload(self, modules: Sequence[str]) -> PreloadReply:
         """Import ``modules`` in the worker before its first cell (a warm pool's sessions), into

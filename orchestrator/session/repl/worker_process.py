@@ -96,9 +96,13 @@ class WorkerProcess:
         *,
         max_frame: int,
         argv: Sequence[str] = WORKER_ARGV,
+        env: Mapping[str, str] | None = None,
     ) -> WorkerProcess:
+        """Start a worker with ``config``; ``env`` (the session's) under its own settings,
+        which no user variable can replace."""
         spec = ExecSpec(
-            argv=[*PID_ANNOUNCER, *argv], env={"SANDHOLD_WORKER_CONFIG": json.dumps(config)}
+            argv=[*PID_ANNOUNCER, *argv],
+            env={**(env or {}), "SANDHOLD_WORKER_CONFIG": json.dumps(config)},
         )
         return await cls._open(backend, container_id, spec, max_frame=max_frame)
 
