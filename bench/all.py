@@ -25,6 +25,7 @@ SCRIPTS = (
     "runtimes",
     "restart",
     "mcp_startup",
+    "cli_startup",
 )
 # The longest one (density: 100 sessions) takes a few minutes on two cores.
 SCRIPT_TIMEOUT = 1800
