@@ -597,7 +597,9 @@ class SessionManager:
 
     # -- egress ---------------------------------------------------------------------------
 
-    async def network_log(self, session_id: Any, *, tenant: str | None = None) -> list[dict[str, Any]]:
+    async def network_log(
+        self, session_id: Any, *, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
         """The session's egress attempts, oldest first; empty when its policy has no network."""
         session = self.find_session(session_id, tenant=tenant)
         if session.policy.network.mode == "none":

@@ -87,6 +87,7 @@ class Reconciler:
             elif (session := self._table.sessions.get(record.id)) is not None:
                 await self._end_session(session, "its container stopped or disappeared")
             report.forgotten.append(record.id)
+        await self._backend.reap_egress(orchestrator_id, set() if adopt else self._in_flight())
         if adopt:
             if task_group is None:
                 raise RuntimeError("re-adopting needs the task group that serves terminals")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -164,6 +164,16 @@ class Backend(Protocol):
         ...
 
     async def container_state(self, container_id: str) -> ContainerState: ...
+
+    async def network_log(self, container_id: str) -> list[dict[str, Any]]:
+        """The egress attempts of the container's session, oldest first (``network_log``'s
+        fields); empty for a session without a network."""
+        ...
+
+    async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:
+        """Remove egress left behind by sessions whose container is gone (this orchestrator's
+        unless their session id is in ``keep``); the session ids whose egress went."""
+        ...
 
     async def list_containers(self, labels: Mapping[str, str]) -> list[str]:
         """The ids of every container (running or not) carrying all of these labels."""

@@ -27,6 +27,7 @@ import itertools
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -298,6 +299,14 @@ class FakeBackend:
             process.end(KILLED_EXIT)
             del self.processes[process.exec_id]
         self._held = [(p, d) for p, d in self._held if p.container is not container]
+
+    async def network_log(self, container_id: str) -> list[dict[str, Any]]:
+        """The fake has no egress proxy: a session's log is always empty."""
+        self._known(container_id)
+        return []
+
+    async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:
+        return []
 
     async def container_state(self, container_id: str) -> ContainerState:
         container = self._known(container_id)

@@ -48,6 +48,7 @@ command_s = 120
 # Rules a section's validator keeps across its keys; a section with a validator must be here.
 CROSS_KEY_RULES: Mapping[str, str] = {
     "timeouts": "`command_s` must not exceed `max_command_s`, nor `idle_s` `max_lifetime_s`.",
+    "network": "`allow` is only for mode `allowlist`.",
     "output": "`max_reply_bytes` must hold both streams: at least `2 * max_stream_bytes`.",
 }
 

@@ -285,6 +285,22 @@ RESULTS: Mapping[str, ResultShape] = {
             "policy": ("string", "The policy the session runs under."),
         }
     ),
+    "session.network_log": ResultShape(
+        {
+            **SESSION,
+            "entries": (
+                "array of object",
+                "Egress attempts, oldest first (at most 512): `seq`, `time` (Unix seconds), "
+                "`method` (`CONNECT` or the HTTP method), `host`, `port`, `decision` (`allow` "
+                "or `deny`), `rule` (the allow entry that matched, `open`, or why it was "
+                "refused: `allowlist`, `private_address`, `sni_mismatch`, `sni_missing`, "
+                "`not_tls`, `auth`, `dns`, `limit.connections`, `limit.bytes`, "
+                "`bad_request`), `bytes_sent`, `bytes_received`, `duration_s`. Empty when the "
+                "policy's network mode is `none`.",
+            ),
+            "denied": ("integer", "How many of the entries were refused."),
+        }
+    ),
     "session.pause": ResultShape({**SESSION, **PAUSE}),
     "session.resume": ResultShape({**SESSION, **PAUSE}),
     "session.share": ResultShape(

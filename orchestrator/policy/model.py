@@ -82,12 +82,59 @@ class ResourcesConfig(_Section):
     shm_mb: int = Field(16, ge=1, le=4096, description="Size of /dev/shm.")
 
 
-class NetworkConfig(_Section):
-    """Network access. Only ``none`` exists today; an egress allowlist may follow."""
+# One egress rule: a host name, or ``*.`` and a domain (its subdomains, not the domain itself),
+# with an optional ``:port``. Lower case, as DNS compares names; no IP literals (names only).
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+AllowRule = Annotated[
+    str,
+    StringConstraints(
+        pattern=rf"^(\*\.)?{_LABEL}(\.{_LABEL})+(:[1-9][0-9]{{0,4}})?$", max_length=260
+    ),
+]
+# Enough for a real allowlist; a longer one is a sign the session wants ``open``.
+MAX_ALLOW_RULES = 256
 
-    mode: Literal["none"] = Field(
-        "none", description="`none`: the container has a loopback interface and nothing else."
+
+class NetworkConfig(_Section):
+    """Network access. ``allowlist`` and ``open`` reach the network only through sandhold's egress
+    proxy, which refuses private, loopback, link-local, multicast and metadata addresses after it
+    resolves a name, in both modes."""
+
+    mode: Literal["none", "allowlist", "open"] = Field(
+        "none",
+        description="`none`: the container has a loopback interface and nothing else. "
+        "`allowlist`: HTTP(S) through the egress proxy to the hosts of `allow` only. "
+        "`open`: HTTP(S) through the egress proxy to any public address.",
     )
+    allow: list[AllowRule] = Field(
+        [],
+        max_length=MAX_ALLOW_RULES,
+        description="With `allowlist`: hosts the session may reach, as `host`, `*.domain` "
+        "(any subdomain, not the domain itself) or either with `:port`; without a port, 80 and "
+        "443. Names only, lower case.",
+    )
+    max_connections: int = Field(
+        32, ge=1, le=1024, description="Connections through the proxy a session may hold at once."
+    )
+    max_mb: int = Field(
+        1024,
+        ge=1,
+        le=1024 * 1024,
+        description="Bytes (MiB, both ways together) a session may move through the proxy in "
+        "its life; past it, connections are closed and new ones refused.",
+    )
+    idle_timeout_s: float = Field(
+        60.0, ge=1, le=3600, description="A proxied connection silent this long is closed."
+    )
+    max_connection_s: float = Field(
+        900.0, ge=1, le=86400, description="Longest life of one proxied connection."
+    )
+
+    @model_validator(mode="after")
+    def _allow_only_with_allowlist(self) -> Self:
+        if self.allow and self.mode != "allowlist":
+            raise ValueError(f"allow is only for mode allowlist (mode is {self.mode})")
+        return self
 
 
 class TimeoutsConfig(_Section):
@@ -322,6 +369,8 @@ class Policy(_Section):
         if self.image == ImageConfig():
             # Policies on the default image keep the hashes they had before templates existed.
             del data["image"]
+        if self.network == NetworkConfig():
+            data["network"] = {"mode": "none"}  # the hash it had before egress existed
         if self.env == EnvConfig():
             del data["env"]  # the default env rules: the hash it had before they existed
 

@@ -43,6 +43,12 @@ async def _resume(orch: SessionManager, tenant: str | None, args: SessionArgs) -
     return {"session_id": args.session_id, "paused": False, "changed": changed}
 
 
+async def _network_log(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+    entries = await orch.network_log(args.session_id, tenant=tenant)
+    denied = sum(1 for entry in entries if entry["decision"] == "deny")
+    return {"session_id": args.session_id, "entries": entries, "denied": denied}
+
+
 class ShareArgs(ToolArgs):
     terminal_id: str = Field(description="A terminal of the calling task.")
     task: str = Field(description="Another task of the same tenant, to receive the grant.")
@@ -72,6 +78,8 @@ SESSION_TOOL = Tool(
         "every process in it sees) without running anything; pause freezes every process of a "
         "session (its state and files kept); resume thaws it (any other call on a paused "
         "session does too). "
+        "network_log lists the session's egress attempts (time, method, host, port, decision, "
+        "rule, bytes each way), the newest 512 at most. "
         "share grants listed actions on one of your task's terminals to another task of your "
         "tenant; close_owner ends everything a task owns and closes the task."
     ),
@@ -81,10 +89,12 @@ SESSION_TOOL = Tool(
             Operation("create", "make a new session, ready for work", CreateArgs, _create),
             Operation("pause", "freeze the session until its next call", SessionArgs, _pause),
             Operation("resume", "thaw a paused session", SessionArgs, _resume),
+            Operation("network_log", "the session's egress attempts", SessionArgs, _network_log),
             Operation("share", "grant actions on a terminal to another task", ShareArgs, _share),
             Operation(
                 "close_owner", "end a task's sessions and close it", CloseOwnerArgs, _close_owner
             ),
         )
     },
+    read_only_operations=frozenset({"network_log"}),
 )

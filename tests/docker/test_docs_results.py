@@ -99,6 +99,7 @@ async def test_every_operation_answers_the_fields_the_reference_lists(orch: Orch
         assert base64.b64decode(tar)
         await call("files", operation="upload", session_id=sid, path="copy", tar_b64=tar)
 
+        await call("session", operation="network_log", session_id=sid)
         await call("session", operation="pause", session_id=sid)
         await call("session", operation="resume", session_id=sid)
         await call("python_repl", operation="reset", session_id=sid)

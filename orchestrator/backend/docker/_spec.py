@@ -3,10 +3,13 @@ model lives here, in one pure function, so a test can read exactly what a sessio
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.backend.base import HOME, SANDBOX_UID, WORKSPACE, ContainerSpec
 from orchestrator.backend.docker._seccomp import profile_json
+
+if TYPE_CHECKING:
+    from orchestrator.backend.docker._egress import Egress
 
 MIB = 1024 * 1024
 # The container's main process (under docker-init, which reaps zombies) is the orphan watchdog:
@@ -48,8 +51,12 @@ def watchdog_command(grace_s: float) -> list[str]:
     return ["sh", "-c", ORPHAN_WATCHDOG, "sandhold-watchdog", str(grace), str(step)]
 
 
-def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
-    """Keyword arguments for ``docker.containers.create`` (the high-level SDK call)."""
+def create_kwargs(spec: ContainerSpec, egress: Egress | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``docker.containers.create`` (the high-level SDK call). A policy
+    with a network needs its ``egress`` (``_egress.open_egress``): the session joins only that
+    internal network and reaches out through the proxy named in its environment."""
+    if (policy_mode := spec.policy.network.mode) != "none" and egress is None:
+        raise ValueError(f"network mode {policy_mode} needs the session's egress")
     policy = spec.policy
     res = policy.resources
     kwargs: dict[str, Any] = {
@@ -57,7 +64,7 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "command": watchdog_command(policy.timeouts.orphan_grace_s),
         "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
         "working_dir": WORKSPACE,
-        "environment": dict(FIXED_ENV),
+        "environment": {**FIXED_ENV, **(egress.session_env() if egress else {})},
         "hostname": "sandbox",
         "labels": spec.labels,
         "detach": True,
@@ -76,7 +83,7 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
             HOME: _tmpfs(res.home_mb, mode="0700", owned=True),
         },
         "shm_size": res.shm_mb * MIB,
-        "network_mode": "none" if policy.network.mode == "none" else "bridge",
+        "network_mode": "none" if egress is None else egress.network,
         "ipc_mode": "private",
         # Memory == memory + swap: the sandbox cannot page out to grow past its limit.
         "mem_limit": res.memory_mb * MIB,

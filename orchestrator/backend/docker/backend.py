@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from orchestrator.backend.base import (
+    LABEL_SESSION,
     SANDBOX_UID,
     ContainerSpec,
     ContainerState,
@@ -26,9 +27,21 @@ from orchestrator.backend.base import (
 )
 from orchestrator.backend.docker._attach import AttachedExec
 from orchestrator.backend.docker._client import DockerClient, NotFoundError
+from orchestrator.backend.docker._egress import (
+    LABEL_EGRESS_SESSION,
+    PROXY_LOG,
+    EgressSettings,
+    open_egress,
+    reap_egress,
+    remove_egress,
+)
 from orchestrator.backend.docker._spec import FIXED_ENV, create_kwargs
+from orchestrator.backend.network_log import parse_log
 from orchestrator.errors import BackendError, BackendUnavailableError, InvalidArgumentError
 
+# Reading the proxy's log is one exec of cat on a tmpfs file of a few hundred KiB at most.
+NETWORK_LOG_TIMEOUT = 10.0
+NETWORK_LOG_MAX_BYTES = 1024 * 1024
 # Removing a running container is a SIGKILL plus cleanup; past this the engine is in trouble.
 REMOVE_TIMEOUT = 30.0
 
@@ -37,8 +50,14 @@ class DockerBackend:
     """``Backend`` on a Docker Engine. ``client`` is the SDK wrapper, for the Docker-only callers
     (image builds, the tests of this backend); everyone else goes through the protocol."""
 
-    def __init__(self, client: DockerClient | None = None) -> None:
+    def __init__(
+        self, client: DockerClient | None = None, *, egress: EgressSettings | None = None
+    ) -> None:
         self.client = client or DockerClient()
+        self.egress = egress or EgressSettings()
+        # Session id by container id, None for a session without egress: removing a container
+        # also removes its proxy and network, and this saves an inspect to find them.
+        self._egress_session: dict[str, str | None] = {}
         self._runtimes: frozenset[str] | None = None
         # The streams this backend attached, by container: removing a container closes them,
         # since under runsc a removed container's exec streams can stay open for minutes.
@@ -62,8 +81,18 @@ class DockerBackend:
                 "which this Docker engine does not have",
                 hint=f"install and register {runtime} with dockerd, or use another policy",
             )
-        kwargs = create_kwargs(spec)
-        container = await self.client.call(lambda sdk: sdk.containers.create(**kwargs))
+        egress = None
+        if spec.policy.network.mode != "none":
+            egress = await open_egress(self.client, spec, self.egress)
+        try:
+            kwargs = create_kwargs(spec, egress)
+            container = await self.client.call(lambda sdk: sdk.containers.create(**kwargs))
+        except BaseException:
+            if egress is not None:
+                with anyio.CancelScope(shield=True):
+                    await remove_egress(self.client, spec.session_id)
+            raise
+        self._egress_session[str(container.id)] = spec.session_id if egress else None
         try:
             await self.client.call(lambda _sdk: container.start())
         except BaseException:
@@ -71,6 +100,48 @@ class DockerBackend:
                 await self.remove_container(container.id)
             raise
         return str(container.id)
+
+    async def _egress_of(self, container_id: str) -> str | None:
+        """The session id whose egress goes with this container, None when it has none."""
+        if container_id in self._egress_session:
+            return self._egress_session[container_id]
+        try:
+            info = await self.inspect(container_id)
+        except NotFoundError:
+            return None
+        config = info.get("Config") or {}
+        mode = (info.get("HostConfig") or {}).get("NetworkMode", "")
+        session = (config.get("Labels") or {}).get(LABEL_SESSION)
+        return session if session and mode.startswith("sandhold-egress-") else None
+
+    async def network_log(self, container_id: str) -> list[dict[str, Any]]:
+        """The session's egress attempts, oldest first, as the proxy recorded them (untrusted:
+        each line is checked by ``session.network_log``); empty for a session without egress."""
+        session = await self._egress_of(container_id)
+        if session is None:
+            return []
+        label = f"{LABEL_EGRESS_SESSION}={session}"
+        proxies = await self.list_containers_by([label])
+        if not proxies:
+            return []
+        result = await self.run(
+            proxies[0],
+            ExecSpec(argv=["cat", PROXY_LOG], workdir="/"),
+            timeout=NETWORK_LOG_TIMEOUT,
+            max_output_bytes=NETWORK_LOG_MAX_BYTES,
+        )
+        return parse_log(result.stdout)
+
+    async def list_containers_by(self, labels: list[str]) -> list[str]:
+        filters = {"label": labels}
+        found = await self.client.call(
+            lambda sdk: sdk.api.containers(all=True, quiet=True, filters=filters)
+        )
+        return [str(entry["Id"]) for entry in found]
+
+    async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:
+        """Remove egress proxies and networks whose session container is gone."""
+        return await reap_egress(self.client, orchestrator_id, keep)
 
     async def remove_container(self, container_id: str) -> None:
         """Force-remove; a container that is already gone is not an error."""
@@ -83,8 +154,12 @@ class DockerBackend:
                     return  # gone already, or removal already in progress
                 raise
 
+        session = await self._egress_of(container_id)
         with anyio.fail_after(REMOVE_TIMEOUT):
             await self.client.call(remove)
+        if session is not None:
+            await remove_egress(self.client, session)
+        self._egress_session.pop(container_id, None)
         for stream, of in list(self._attached.items()):
             if of == container_id:
                 await stream.aclose()

@@ -1,0 +1,212 @@
+"""Egress for sessions whose policy has a network: an internal network of their own (no route
+out) and an egress proxy container (``worker/egress_proxy.py`` from the session's image) attached
+to it and to the upstream network. The session container joins only the internal network and
+gets ``HTTP(S)_PROXY`` naming the proxy's address there with a per-session credential.
+
+Invariants: the network and the proxy carry ``LABEL_EGRESS_SESSION`` (and the orchestrator's id
+and the spec's extra labels), so ``remove_egress`` finds them by the session id and
+``reap_egress`` finds those whose session container is gone; a failed ``open_egress`` leaves
+nothing behind. The proxy's settings are the orchestrator's (the policy's rules and limits, the
+operator's ``EgressSettings``), never the sandbox's.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from orchestrator.backend.base import LABEL_SESSION, SANDBOX_UID
+from orchestrator.backend.docker._client import DockerClient
+from orchestrator.backend.docker._seccomp import profile_json
+
+if TYPE_CHECKING:
+    from orchestrator.backend.base import ContainerSpec
+
+LABEL_EGRESS_SESSION = "sandhold.egress-session"
+LABEL_EGRESS_ORCHESTRATOR = "sandhold.egress-orchestrator"
+PROXY_PORT = 3128
+PROXY_LOG = "/tmp/egress-log.jsonl"  # noqa: S108 (a path inside the proxy container)
+PROXY_COMMAND = ["python3", "-I", "/opt/sandhold/worker/egress_proxy.py"]
+MIB = 1024 * 1024
+# The proxy is a small asyncio server: this holds it with room for a few hundred connections.
+PROXY_MEMORY_MB = 96
+PROXY_PIDS = 32
+# Another orchestrator's proxy without a session container is left this long: its creation may
+# be in flight (a network, then the proxy, then the session container, in well under this).
+STRAY_GRACE_S = 600.0
+# Removing a proxy is a SIGKILL and cleanup; a network removal is quicker still.
+REMOVE_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EgressSettings:
+    """The operator's egress settings, never a tenant's: the network the proxies reach the world
+    on, and address ranges the proxies may connect to despite being private (for tests that
+    build their own "internet" on a Docker network; empty in any real deployment)."""
+
+    upstream_network: str = "bridge"
+    permit_cidrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Egress:
+    network: str
+    proxy_id: str
+    proxy_address: str
+    token: str
+
+    def session_env(self) -> dict[str, str]:
+        url = f"http://sandbox:{self.token}@{self.proxy_address}:{PROXY_PORT}"
+        no_proxy = "localhost,127.0.0.1,::1"
+        return {
+            "HTTP_PROXY": url,
+            "HTTPS_PROXY": url,
+            "http_proxy": url,
+            "https_proxy": url,
+            "NO_PROXY": no_proxy,
+            "no_proxy": no_proxy,
+        }
+
+
+def network_name(session_id: str) -> str:
+    return f"sandhold-egress-{session_id}"
+
+
+def _labels(spec: ContainerSpec) -> dict[str, str]:
+    return {
+        **spec.extra_labels,
+        LABEL_EGRESS_SESSION: spec.session_id,
+        LABEL_EGRESS_ORCHESTRATOR: spec.orchestrator_id,
+    }
+
+
+def proxy_config(spec: ContainerSpec, token: str, settings: EgressSettings) -> dict[str, Any]:
+    net = spec.policy.network
+    return {
+        "token": token,
+        "mode": net.mode,
+        "allow": list(net.allow),
+        "permit_cidrs": list(settings.permit_cidrs),
+        "max_connections": net.max_connections,
+        "max_bytes": net.max_mb * MIB,
+        "idle_timeout": net.idle_timeout_s,
+        "max_connection": net.max_connection_s,
+        "log_path": PROXY_LOG,
+    }
+
+
+def proxy_kwargs(spec: ContainerSpec, token: str, settings: EgressSettings) -> dict[str, Any]:
+    """The proxy container: hardened like a session (it parses what a sandbox sends)."""
+    return {
+        "image": spec.image,
+        "command": PROXY_COMMAND,
+        "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "environment": {"SANDHOLD_EGRESS_CONFIG": json.dumps(proxy_config(spec, token, settings))},
+        "labels": _labels(spec),
+        "detach": True,
+        "network": network_name(spec.session_id),
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true", f"seccomp={profile_json()}"],
+        "read_only": True,
+        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4m,mode=1777"},  # noqa: S108
+        "mem_limit": PROXY_MEMORY_MB * MIB,
+        "memswap_limit": PROXY_MEMORY_MB * MIB,
+        "nano_cpus": int(0.5e9),
+        "pids_limit": PROXY_PIDS,
+        "init": True,
+        "restart_policy": {"Name": "no"},
+        "log_config": {"Type": "none", "Config": {}},
+    }
+
+
+async def open_egress(
+    client: DockerClient, spec: ContainerSpec, settings: EgressSettings
+) -> Egress:
+    """The session's internal network and its running proxy; nothing is left on failure."""
+    token = secrets.token_urlsafe(24)
+    name = network_name(spec.session_id)
+    try:
+        await client.call(
+            lambda sdk: sdk.networks.create(
+                name, driver="bridge", internal=True, labels=_labels(spec), check_duplicate=True
+            )
+        )
+        kwargs = proxy_kwargs(spec, token, settings)
+        proxy = await client.call(lambda sdk: sdk.containers.create(**kwargs))
+        await client.call(lambda sdk: sdk.networks.get(settings.upstream_network).connect(proxy.id))
+        await client.call(lambda _sdk: proxy.start())
+        info = await client.call(lambda sdk: sdk.api.inspect_container(proxy.id))
+        address = info["NetworkSettings"]["Networks"][name]["IPAddress"]
+        if not address:
+            raise RuntimeError("the egress proxy has no address on its session network")
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await remove_egress(client, spec.session_id)
+        raise
+    return Egress(network=name, proxy_id=str(proxy.id), proxy_address=address, token=token)
+
+
+async def remove_egress(client: DockerClient, session_id: str) -> None:
+    """Remove the session's proxy and network; what is already gone is not an error."""
+    label = f"{LABEL_EGRESS_SESSION}={session_id}"
+
+    def remove(sdk: Any) -> None:
+        for found in sdk.api.containers(all=True, quiet=True, filters={"label": label}):
+            _ignore_gone(sdk.api.remove_container, found["Id"], force=True, v=True)
+        for net in sdk.api.networks(filters={"label": label}):
+            _ignore_gone(sdk.api.remove_network, net["Id"])
+
+    with anyio.fail_after(REMOVE_TIMEOUT):
+        await client.call(remove)
+
+
+def _ignore_gone(action: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        action(*args, **kwargs)
+    except Exception as exc:
+        if getattr(exc, "status_code", None) not in (404, 409):
+            raise
+
+
+async def reap_egress(client: DockerClient, orchestrator_id: str, keep: set[str]) -> list[str]:
+    """Remove the proxies and networks whose session container is gone: this orchestrator's
+    unless their session is in ``keep`` (being created), another's once past the grace."""
+
+    def stray(sdk: Any) -> set[str]:
+        sessions = {
+            c["Labels"].get(LABEL_SESSION)
+            for c in sdk.api.containers(all=True, filters={"label": LABEL_SESSION})
+        }
+        found: set[str] = set()
+        now = time.time()
+        for proxy in sdk.api.containers(all=True, filters={"label": LABEL_EGRESS_SESSION}):
+            labels = proxy.get("Labels") or {}
+            session = labels.get(LABEL_EGRESS_SESSION, "")
+            if session in sessions or session in keep:
+                continue
+            mine = labels.get(LABEL_EGRESS_ORCHESTRATOR) == orchestrator_id
+            if mine or now - float(proxy.get("Created", now)) > STRAY_GRACE_S:
+                found.add(session)
+        return found
+
+    sessions = await client.call(stray)
+    for session in sessions:
+        await remove_egress(client, session)
+    return sorted(sessions)
+
+
+__all__ = [
+    "LABEL_EGRESS_ORCHESTRATOR",
+    "LABEL_EGRESS_SESSION",
+    "Egress",
+    "EgressSettings",
+    "network_name",
+    "open_egress",
+    "reap_egress",
+    "remove_egress",
+]

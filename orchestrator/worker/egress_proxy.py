@@ -1,0 +1,442 @@
+"""The egress proxy: a session's only way off its internal network. Runs in a container of its
+own (the worker image, ``python3 -I /opt/sandhold/worker/egress_proxy.py``), attached to the
+session's internal network and to the upstream one; standard library only.
+
+One proxy serves one session. Its settings come in ``SANDHOLD_EGRESS_CONFIG`` (JSON, from the
+orchestrator) and never from the sandbox. Invariants:
+- every request carries the session's credential (``Proxy-Authorization: Basic``), compared in
+  constant time; without it the answer is 407 and nothing is resolved or connected;
+- the target's name is checked against the rules, then resolved here, and the connection goes to
+  the resolved address that passed the address check, so a name cannot re-resolve in between
+  (rebinding); loopback, private, link-local, multicast, reserved and metadata addresses are
+  refused in every mode, except ranges the operator permitted (tests' own network only);
+- a ``CONNECT`` tunnel forwards nothing until the client's first TLS record is a ClientHello
+  whose SNI is the ``CONNECT`` host;
+- bounded: head size and time, connections at once, bytes in the proxy's life, idle time and
+  life of a connection; every attempt, allowed or refused, is one line of the log (a ring of
+  ``LOG_ENTRIES`` on the proxy's tmpfs, read by the orchestrator with an exec).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import ipaddress
+import json
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+PORT = 3128
+# A request head (request line and headers) larger than this is not a client we serve.
+MAX_HEAD_BYTES = 16 * 1024
+# A client that has not sent its head (or its ClientHello) by now is gone or stalling us.
+HEAD_TIMEOUT = 10.0
+# Resolving and connecting upstream: a public host that has not answered by now will not.
+CONNECT_TIMEOUT = 10.0
+CHUNK = 64 * 1024
+# Enough history for an agent to see why its last few commands failed; the file holds at most
+# twice this many lines before it is rewritten.
+LOG_ENTRIES = 512
+TLS_HANDSHAKE = 0x16
+MAX_TLS_RECORD = 16384 + 2048
+METADATA = frozenset(
+    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+)
+
+
+class Refused(Exception):
+    """An attempt the rules refuse: ``rule`` names why, ``status`` is the HTTP answer."""
+
+    def __init__(self, rule: str, status: int = 403) -> None:
+        super().__init__(rule)
+        self.rule = rule
+        self.status = status
+
+
+@dataclass
+class Settings:
+    token: str
+    mode: str
+    allow: list[str]
+    permit: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
+    max_connections: int
+    max_bytes: int
+    idle_timeout: float
+    max_connection: float
+    log_path: str
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        raw = json.loads(text)
+        return cls(
+            token=str(raw["token"]),
+            mode=str(raw["mode"]),
+            allow=[str(rule) for rule in raw.get("allow", [])],
+            permit=[ipaddress.ip_network(c) for c in raw.get("permit_cidrs", [])],
+            max_connections=int(raw["max_connections"]),
+            max_bytes=int(raw["max_bytes"]),
+            idle_timeout=float(raw["idle_timeout"]),
+            max_connection=float(raw["max_connection"]),
+            log_path=str(raw.get("log_path", "/tmp/egress-log.jsonl")),  # noqa: S108
+        )
+
+
+def match_rule(mode: str, allow: list[str], host: str, port: int) -> str | None:
+    """The rule that lets ``host:port`` through, or None."""
+    if mode == "open":
+        return "open"
+    for rule in allow:
+        name, _, rule_port = rule.partition(":")
+        if rule_port:
+            if int(rule_port) != port:
+                continue
+        elif port not in (80, 443):
+            continue
+        if name.startswith("*."):
+            if host.endswith(name[1:]) and len(host) > len(name) - 1:
+                return rule
+        elif host == name:
+            return rule
+    return None
+
+
+def address_refused(
+    address: str, permit: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
+) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip in METADATA:
+        return True
+    if any(ip in net for net in permit):
+        return False
+    return not ip.is_global or ip.is_multicast
+
+
+def normalize_host(host: str) -> str:
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or len(host) > 253 or not host.isascii():
+        raise Refused("bad_request", 400)
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.:")
+    if not set(host) <= allowed:
+        raise Refused("bad_request", 400)
+    return host
+
+
+def split_host_port(text: str, default_port: int) -> tuple[str, int]:
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise Refused("bad_request", 400)
+        host, rest = text[1:end], text[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        return normalize_host(host), default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise Refused("bad_request", 400)
+    return normalize_host(host), int(port_text)
+
+
+def client_hello_sni(record: bytes) -> str | None:
+    """The server name of a TLS ClientHello record (header included), None when it has none;
+    ``Refused`` when the record is not a ClientHello this parser can read whole."""
+    try:
+        body = record[5:]
+        if record[0] != TLS_HANDSHAKE or body[0] != 1:
+            raise Refused("not_tls")
+        length = int.from_bytes(body[1:4], "big")
+        hello = body[4 : 4 + length]
+        if len(hello) < length:
+            raise Refused("tls_unparsed")
+        pos = 2 + 32
+        pos += 1 + hello[pos]
+        pos += 2 + int.from_bytes(hello[pos : pos + 2], "big")
+        pos += 1 + hello[pos]
+        if pos >= len(hello):
+            return None
+        end = pos + 2 + int.from_bytes(hello[pos : pos + 2], "big")
+        pos += 2
+        while pos + 4 <= end:
+            kind = int.from_bytes(hello[pos : pos + 2], "big")
+            size = int.from_bytes(hello[pos + 2 : pos + 4], "big")
+            data = hello[pos + 4 : pos + 4 + size]
+            if kind == 0:
+                if data[2] != 0:
+                    raise Refused("tls_unparsed")
+                name_len = int.from_bytes(data[3:5], "big")
+                return data[5 : 5 + name_len].decode("ascii").lower().rstrip(".")
+            pos += 4 + size
+        return None
+    except (IndexError, UnicodeDecodeError):
+        raise Refused("tls_unparsed") from None
+
+
+@dataclass
+class Attempt:
+    method: str = ""
+    host: str = ""
+    port: int = 0
+    decision: str = "deny"
+    rule: str = ""
+    sent: int = 0
+    received: int = 0
+    started: float = field(default_factory=time.time)
+
+    def entry(self, seq: int) -> dict[str, object]:
+        return {
+            "seq": seq,
+            "time": round(self.started, 3),
+            "method": self.method,
+            "host": self.host,
+            "port": self.port,
+            "decision": self.decision,
+            "rule": self.rule,
+            "bytes_sent": self.sent,
+            "bytes_received": self.received,
+            "duration_s": round(time.time() - self.started, 3),
+        }
+
+
+class Proxy:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.active = 0
+        self.moved = 0
+        self.seq = 0
+        self.ring: deque[str] = deque(maxlen=LOG_ENTRIES)
+        self.lines_in_file = 0
+
+    def record(self, attempt: Attempt) -> None:
+        self.seq += 1
+        line = json.dumps(attempt.entry(self.seq), separators=(",", ":"))
+        self.ring.append(line)
+        path = self.settings.log_path
+        if self.lines_in_file >= 2 * LOG_ENTRIES:
+            with open(path + ".new", "w") as handle:
+                handle.write("\n".join(self.ring) + "\n")
+            os.replace(path + ".new", path)
+            self.lines_in_file = len(self.ring)
+        else:
+            with open(path, "a") as handle:
+                handle.write(line + "\n")
+            self.lines_in_file += 1
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        attempt = Attempt()
+        self.active += 1
+        try:
+            await self._serve(reader, writer, attempt)
+        except Refused as refused:
+            attempt.decision, attempt.rule = "deny", refused.rule
+            await _answer(writer, refused.status, refused.rule, attempt)
+        except (
+            TimeoutError,
+            OSError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ):
+            if attempt.decision == "allow":
+                attempt.rule += " (ended: connection error or timeout)"
+            else:
+                attempt.rule = attempt.rule or "bad_request"
+        finally:
+            self.active -= 1
+            self.record(attempt)
+            writer.close()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: Attempt
+    ) -> None:
+        s = self.settings
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise Refused("bad_request", 400)
+        method, target, version = parts
+        attempt.method = method
+        if method == "CONNECT":
+            attempt.host, attempt.port = split_host_port(target, 443)
+        elif target.startswith("http://"):
+            authority, _, path = target[7:].partition("/")
+            attempt.host, attempt.port = split_host_port(authority.rpartition("@")[2], 80)
+            target = "/" + path
+        else:
+            raise Refused("bad_request", 400)
+        headers = [line for line in lines[1:] if line]
+        if not self._authorized(headers):
+            raise Refused("auth", 407)
+        if self.active > s.max_connections:
+            raise Refused("limit.connections", 503)
+        if self.moved >= s.max_bytes:
+            raise Refused("limit.bytes", 503)
+        rule = match_rule(s.mode, s.allow, attempt.host, attempt.port)
+        if rule is None:
+            raise Refused("allowlist")
+        address = await self._resolve(attempt.host, attempt.port)
+        attempt.rule = rule
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            first = await asyncio.wait_for(_read_tls_record(reader), HEAD_TIMEOUT)
+            sni = client_hello_sni(first)
+            if sni != attempt.host and not (sni is None and _is_ip(attempt.host)):
+                attempt.rule = "sni_mismatch" if sni else "sni_missing"
+                attempt.decision = "deny"
+                return
+            prologue = first
+        else:
+            kept = [h for h in headers if h.split(":", 1)[0].strip().lower() not in _HOP]
+            prologue = f"{method} {target} {version}\r\n".encode("latin-1")
+            prologue += "".join(h + "\r\n" for h in kept).encode("latin-1")
+            prologue += b"Connection: close\r\n\r\n"
+        up_reader, up_writer = await asyncio.wait_for(
+            asyncio.open_connection(address, attempt.port), CONNECT_TIMEOUT
+        )
+        attempt.decision = "allow"
+        try:
+            up_writer.write(prologue)
+            attempt.sent += len(prologue)
+            self.moved += len(prologue)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    self._pipe(reader, up_writer, attempt, "sent"),
+                    self._pipe(up_reader, writer, attempt, "received"),
+                ),
+                s.max_connection,
+            )
+        finally:
+            up_writer.close()
+
+    def _authorized(self, headers: list[str]) -> bool:
+        for header in headers:
+            name, _, value = header.partition(":")
+            if name.strip().lower() != "proxy-authorization":
+                continue
+            scheme, _, blob = value.strip().partition(" ")
+            if scheme.lower() != "basic":
+                return False
+            try:
+                decoded = base64.b64decode(blob.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+            password = decoded.partition(":")[2]
+            return hmac.compare_digest(password.encode(), self.settings.token.encode())
+        return False
+
+    async def _resolve(self, host: str, port: int) -> str:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=1),
+                CONNECT_TIMEOUT,  # SOCK_STREAM
+            )
+        except (TimeoutError, OSError):
+            raise Refused("dns", 502) from None
+        addresses = [str(info[4][0]) for info in infos]
+        for address in addresses:
+            if not address_refused(address, self.settings.permit):
+                return address
+        raise Refused("private_address")
+
+    async def _pipe(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        attempt: Attempt,
+        counter: str,
+    ) -> None:
+        s = self.settings
+        while data := await asyncio.wait_for(source.read(CHUNK), s.idle_timeout):
+            self.moved += len(data)
+            setattr(attempt, counter, getattr(attempt, counter) + len(data))
+            if self.moved > s.max_bytes:
+                attempt.rule += " (closed: limit.bytes)"
+                sink.close()
+                raise ConnectionResetError("limit.bytes")
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+
+
+_HOP = frozenset({"proxy-authorization", "proxy-connection", "connection", "keep-alive"})
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+async def _read_tls_record(reader: asyncio.StreamReader) -> bytes:
+    header = await reader.readexactly(5)
+    if header[0] != TLS_HANDSHAKE:
+        raise Refused("not_tls")
+    length = int.from_bytes(header[3:5], "big")
+    if length > MAX_TLS_RECORD:
+        raise Refused("tls_unparsed")
+    return header + await reader.readexactly(length)
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, rule: str, attempt: Attempt) -> None:
+    if writer.is_closing():
+        return
+    reason = {
+        400: "Bad Request",
+        403: "Forbidden",
+        407: "Proxy Authentication Required",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+    }.get(status, "Forbidden")
+    body = f"sandhold egress: refused {attempt.host}:{attempt.port} (rule {rule})\n".encode()
+    extra = 'Proxy-Authenticate: Basic realm="sandhold"\r\n' if status == 407 else ""
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nX-Sandhold-Egress-Rule: {rule}\r\n{extra}"
+        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    try:
+        writer.write(head.encode() + body)
+        await asyncio.wait_for(writer.drain(), HEAD_TIMEOUT)
+    except (TimeoutError, OSError):
+        pass
+
+
+async def serve(settings: Settings) -> None:
+    proxy = Proxy(settings)
+    open(settings.log_path, "a").close()  # noqa: ASYNC230 (exists before any attempt)
+    # Every interface of the proxy's container: the session network's address is not known
+    # inside, and the upstream side has no client that could connect (nothing routes there).
+    any_address = "0.0.0.0"  # noqa: S104
+    server = await asyncio.start_server(
+        proxy.handle, host=any_address, port=PORT, limit=MAX_HEAD_BYTES
+    )
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    settings = Settings.from_json(os.environ["SANDHOLD_EGRESS_CONFIG"])
+    os.environ.pop("SANDHOLD_EGRESS_CONFIG", None)
+    try:
+        asyncio.run(serve(settings))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""Egress by name against real containers, with no traffic leaving this machine: the test builds
+a small "internet" on a Docker network of its own (a web server answering HTTP on 80 and TLS on
+443 under the names ``allowed.test`` and ``other.test``, and a second container, ``private.test``,
+whose address the proxies are not permitted), and lets the proxies reach only the web server's
+address (``EgressSettings.permit_cidrs``, an operator setting no policy can make).
+
+Sandboxes run Python's urllib, which reads ``HTTP(S)_PROXY`` as pip and curl do.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import pytest
+
+from orchestrator.backend.base import ContainerSpec, ExecSpec
+from orchestrator.backend.docker import DockerBackend, DockerClient, EgressSettings
+from orchestrator.policy.model import Policy
+from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
+
+pytestmark = pytest.mark.anyio
+
+WEB_SERVER = r"""
+import http.server, os, ssl, threading
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        size = int(self.path.strip("/") or 0)
+        body = ("hello " + self.headers.get("Host", "") + " " + "x" * size).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+for name in ("cert", "key"):
+    open(f"/tmp/{name}.pem", "w").write(os.environ[name.upper()])
+plain = http.server.ThreadingHTTPServer(("0.0.0.0", 80), Hello)
+tls = http.server.ThreadingHTTPServer(("0.0.0.0", 443), Hello)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain("/tmp/cert.pem", "/tmp/key.pem")
+tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+threading.Thread(target=tls.serve_forever, daemon=True).start()
+plain.serve_forever()
+"""
+
+# What a sandbox runs: fetch a URL through the proxy its environment names; print one JSON line.
+FETCH = r"""
+import json, ssl, sys, urllib.request, urllib.error
+ctx = ssl.create_default_context(cafile="/tmp/ca.pem") if len(sys.argv) > 2 else None
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=15, context=ctx) as r:
+        print(json.dumps({"status": r.status, "body": r.read().decode()[:60]}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "rule": e.headers.get("X-Sandhold-Egress-Rule")}))
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "text": str(e)[:200]}))
+"""
+
+
+def _self_signed(folder: Path) -> tuple[str, str]:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=allowed.test", "-addext", "subjectAltName=DNS:allowed.test,DNS:other.test",
+         "-keyout", str(folder / "key.pem"), "-out", str(folder / "cert.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return (folder / "cert.pem").read_text(), (folder / "key.pem").read_text()
+
+
+class Internet:
+    def __init__(self, network: str, web_ip: str, cert: str) -> None:
+        self.network = network
+        self.web_ip = web_ip
+        self.cert = cert
+
+
+@pytest.fixture(scope="module")
+def internet(worker_image: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
+    cert, key = _self_signed(tmp_path_factory.mktemp("tls"))
+    sdk = docker.from_env(timeout=30)
+    labels = {TEST_RUN_LABEL: RUN_ID}
+    name = f"sandhold-test-internet-{RUN_ID}"
+    network = sdk.networks.create(name, driver="bridge", labels=labels)
+    started = []
+    try:
+        for aliases, command in (
+            (["allowed.test", "other.test"], ["python3", "-c", WEB_SERVER]),
+            (["private.test"], ["sleep", "infinity"]),
+        ):
+            container = sdk.containers.create(
+                worker_image.tag, command, labels=labels, environment={"CERT": cert, "KEY": key},
+                detach=True, network=name,
+            )  # fmt: skip
+            started.append(container)
+            network.disconnect(container)
+            network.connect(container, aliases=aliases)
+            container.start()
+        started[0].reload()
+        web_ip = started[0].attrs["NetworkSettings"]["Networks"][name]["IPAddress"]
+        yield Internet(name, web_ip, cert)
+    finally:
+        for container in started:
+            container.remove(force=True)
+        network.remove()
+        sdk.close()
+
+
+@pytest.fixture
+async def egress_backend(internet: Internet) -> AsyncIterator[DockerBackend]:
+    client = DockerClient()
+    settings = EgressSettings(
+        upstream_network=internet.network, permit_cidrs=(f"{internet.web_ip}/32",)
+    )
+    try:
+        yield DockerBackend(client, egress=settings)
+    finally:
+        await client.aclose()
+
+
+class Sandbox:
+    def __init__(self, backend: DockerBackend, container_id: str, session_id: str) -> None:
+        self.backend, self.id, self.session_id = backend, container_id, session_id
+
+    async def python(self, code: str, *args: str) -> str:
+        result = await self.backend.run(
+            self.id, ExecSpec(argv=["python3", "-c", code, *args]), timeout=60,
+            max_output_bytes=1 << 20,
+        )  # fmt: skip
+        return result.stdout.decode() + result.stderr.decode()
+
+    async def fetch(self, url: str, *, verify: bool = False) -> dict[str, Any]:
+        out = await self.python(FETCH, url, *(["verify"] if verify else []))
+        return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+@pytest.fixture
+async def sandbox(
+    egress_backend: DockerBackend, worker_image: Any, internet: Internet
+) -> AsyncIterator[Any]:
+    made: list[str] = []
+
+    async def make(network: dict[str, Any]) -> Sandbox:
+        policy = Policy.model_validate({"name": "egress-test", "network": network})
+        session_id = secrets.token_hex(16)
+        spec = ContainerSpec(
+            image=worker_image.tag, policy=policy, session_id=session_id, tenant="test",
+            orchestrator_id=TEST_ORCHESTRATOR_ID, extra_labels={TEST_RUN_LABEL: RUN_ID},
+        )  # fmt: skip
+        container_id = await egress_backend.create_container(spec)
+        made.append(container_id)
+        box = Sandbox(egress_backend, container_id, session_id)
+        await box.python(f"open('/tmp/ca.pem', 'w').write({internet.cert!r})")
+        return box
+
+    try:
+        yield make
+    finally:
+        with anyio.CancelScope(shield=True):
+            for container_id in made:
+                await egress_backend.remove_container(container_id)
+
+
+def _egress_of(session_id: str) -> tuple[list[Any], list[Any]]:
+    sdk = docker.from_env(timeout=30)
+    try:
+        label = {"label": f"sandhold.egress-session={session_id}"}
+        return sdk.api.containers(all=True, filters=label), sdk.api.networks(filters=label)
+    finally:
+        sdk.close()
+
+
+async def test_an_allowed_name_is_reached_over_http_and_tls_and_another_is_refused_with_its_rule(
+    sandbox: Any,
+) -> None:
+    box = await sandbox({"mode": "allowlist", "allow": ["allowed.test"]})
+    assert await box.fetch("http://allowed.test/") == {"status": 200, "body": "hello allowed.test "}
+    assert (await box.fetch("https://allowed.test/", verify=True))["status"] == 200
+    assert await box.fetch("http://other.test/") == {"status": 403, "rule": "allowlist"}
+    denied = await box.fetch("https://other.test/", verify=True)
+    assert denied["error"] == "URLError" and "403" in denied["text"]
+    # A port the rule does not name (none given: 80 and 443 only).
+    assert (await box.fetch("http://allowed.test:8080/"))["rule"] == "allowlist"
+    log = await box.backend.network_log(box.id)
+    seen = [(e["method"], e["host"], e["port"], e["decision"], e["rule"]) for e in log]
+    assert seen == [
+        ("GET", "allowed.test", 80, "allow", "allowed.test"),
+        ("CONNECT", "allowed.test", 443, "allow", "allowed.test"),
+        ("GET", "other.test", 80, "deny", "allowlist"),
+        ("CONNECT", "other.test", 443, "deny", "allowlist"),
+        ("GET", "allowed.test", 8080, "deny", "allowlist"),
+    ]
+    assert log[0]["bytes_sent"] > 0 and log[0]["bytes_received"] > len("hello allowed.test ")
+    assert log[1]["bytes_received"] > 1000  # the TLS handshake and the reply came through
+
+
+async def test_a_name_that_resolves_to_a_private_address_is_refused_in_open_mode_too(
+    sandbox: Any,
+) -> None:
+    box = await sandbox({"mode": "open"})
+    assert (await box.fetch("http://allowed.test/"))["status"] == 200
+    assert await box.fetch("http://private.test/") == {"status": 403, "rule": "private_address"}
+    assert (await box.fetch("http://169.254.169.254/latest/meta-data/"))["rule"] == (
+        "private_address"
+    )
+    assert (await box.fetch("http://127.0.0.1.nip.invalid/"))["rule"] == "dns"
+
+
+async def test_a_tls_hello_whose_sni_differs_from_the_connect_host_is_refused(
+    sandbox: Any,
+) -> None:
+    box = await sandbox({"mode": "allowlist", "allow": ["allowed.test"]})
+    code = r"""
+import base64, os, socket, ssl, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+s = socket.create_connection((proxy.hostname, proxy.port), timeout=15)
+head = f"CONNECT allowed.test:443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+s.sendall(head.encode())
+print(s.recv(1024).split(b"\r\n")[0].decode())
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+try:
+    ctx.wrap_socket(s, server_hostname="other.test")
+    print("handshake completed")
+except (OSError, ssl.SSLError) as e:
+    print("handshake failed")
+"""
+    out = (await box.python(code)).split("\n")
+    assert out[:2] == ["HTTP/1.1 200 Connection established", "handshake failed"]
+    log = await box.backend.network_log(box.id)
+    assert [(e["host"], e["decision"], e["rule"]) for e in log] == [
+        ("allowed.test", "deny", "sni_mismatch")
+    ]
+
+
+async def test_without_the_session_credential_the_proxy_answers_407(sandbox: Any) -> None:
+    box = await sandbox({"mode": "open"})
+    code = r"""
+import os, urllib.parse, urllib.request
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+    {"http": f"http://sandbox:wrong@{proxy.hostname}:{proxy.port}"}))
+try:
+    opener.open("http://allowed.test/", timeout=15)
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get("X-Sandhold-Egress-Rule"))
+"""
+    assert (await box.python(code)).strip() == "407 auth"
+
+
+async def test_the_sandbox_has_no_route_and_no_resolver_only_the_proxy(
+    sandbox: Any, internet: Internet
+) -> None:
+    box = await sandbox({"mode": "open"})
+    code = r"""
+import socket, sys
+for host, port in [(sys.argv[1], 80), ("169.254.169.254", 80), ("172.17.0.1", 80), ("8.8.8.8", 53)]:
+    try:
+        socket.create_connection((host, port), timeout=3); print("connected", host)
+    except OSError as e:
+        print("refused", host, e.errno)
+for name in ["allowed.test", "pypi.org"]:
+    try:
+        socket.getaddrinfo(name, 80); print("resolved", name)
+    except OSError:
+        print("unresolved", name)
+"""
+    lines = (await box.python(code, internet.web_ip)).split("\n")
+    assert not any(line.startswith(("connected", "resolved")) for line in lines), lines
+    assert sum(line.startswith(("refused", "unresolved")) for line in lines) == 6
+
+
+async def test_a_session_in_mode_none_has_only_loopback_and_no_egress(sandbox: Any) -> None:
+    box = await sandbox({"mode": "none"})
+    names = await box.python("import socket; print(sorted(n for _, n in socket.if_nameindex()))")
+    assert names.strip() == "['lo']"
+    assert _egress_of(box.session_id) == ([], [])
+    assert await box.backend.network_log(box.id) == []
+
+
+async def test_the_proxy_and_network_go_with_their_session_and_a_stray_one_is_reaped(
+    sandbox: Any, egress_backend: DockerBackend
+) -> None:
+    box = await sandbox({"mode": "open"})
+    proxies, networks = _egress_of(box.session_id)
+    assert len(proxies) == 1 and len(networks) == 1
+    assert proxies[0]["Labels"]["sandhold.egress-orchestrator"] == TEST_ORCHESTRATOR_ID
+    await egress_backend.remove_container(box.id)
+    assert _egress_of(box.session_id) == ([], [])
+    # Left behind (its session container removed behind the backend's back, as a kill -9 of
+    # sandhold and a removal by hand would): the reconciler's sweep removes it.
+    other = await sandbox({"mode": "open"})
+    fresh = DockerBackend(egress_backend.client, egress=egress_backend.egress)
+    sdk = docker.from_env(timeout=30)
+    try:
+        sdk.api.remove_container(other.id, force=True)
+    finally:
+        sdk.close()
+    assert len(_egress_of(other.session_id)[0]) == 1
+    assert await fresh.reap_egress(TEST_ORCHESTRATOR_ID, set()) == [other.session_id]
+    assert _egress_of(other.session_id) == ([], [])
