@@ -236,6 +236,27 @@ async def test_an_idle_helper_exits_by_itself_and_the_next_call_starts_another(
     assert (await files.read("a.txt")).content == "x"
 
 
+async def test_a_served_helper_neither_holds_the_host_lease_nor_keeps_an_orphan_alive(
+    make_container: ContainerFactory, docker_backend: DockerBackend
+) -> None:
+    """No REPL worker holds the lease here, as after its orchestrator died: the watchdog must end
+    the container after the grace while the file helper still runs, its stream open."""
+    policy = load_policy("default")
+    timeouts = policy.timeouts.model_copy(update={"orphan_grace_s": 2.0})
+    container = await make_container(policy.model_copy(update={"timeouts": timeouts}))
+    files = SessionFiles(docker_backend, container, policy)
+    try:
+        await files.write("a.txt", content="x")
+        assert files._served.running
+        with anyio.fail_after(EXIT_TIMEOUT):
+            while True:
+                if not (await docker_backend.container_state(container)).running:
+                    break
+                await anyio.sleep(0.2)
+    finally:
+        await files.aclose()
+
+
 async def test_concurrent_operations_on_one_session_each_get_their_own_answer(
     files: SessionFiles,
 ) -> None:
