@@ -12,6 +12,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "orchestrator"
 
@@ -20,18 +22,29 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _declared() -> set[str]:
+# A subpackage that serves an optional extra may import that extra's dependencies too; nothing
+# outside it imports them (serve loads orchestrator.e2b only for --e2b-port).
+EXTRA_PACKAGES = {"e2b": "e2b"}
+
+
+def _declared(extra: str | None = None) -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {
-        _normal(re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0]) for dep in project["dependencies"]
-    }
+    deps = list(project["dependencies"])
+    if extra is not None:
+        deps += project["optional-dependencies"][extra]
+    return {_normal(re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0]) for dep in deps}
 
 
-def _third_party_imports() -> set[str]:
+def _third_party_imports(subpackage: str | None = None) -> set[str]:
+    """Of the whole package (less the worker and the extras' subpackages), or of one of those."""
     found: set[str] = set()
-    for path in PACKAGE.rglob("*.py"):
-        if "worker" in path.relative_to(PACKAGE).parts:
+    root = PACKAGE / subpackage if subpackage else PACKAGE
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).parts
+        if "worker" in parts:
             continue  # runs inside the sandbox, stdlib only
+        if subpackage is None and parts[0] in EXTRA_PACKAGES:
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 found |= {alias.name.split(".")[0] for alias in node.names}
@@ -40,12 +53,15 @@ def _third_party_imports() -> set[str]:
     return {m for m in found if m not in sys.stdlib_module_names and m != "orchestrator"}
 
 
-def test_every_third_party_module_the_host_imports_comes_from_a_declared_dependency() -> None:
+@pytest.mark.parametrize("subpackage", [None, *EXTRA_PACKAGES])
+def test_every_third_party_module_the_host_imports_comes_from_a_declared_dependency(
+    subpackage: str | None,
+) -> None:
     distributions = importlib.metadata.packages_distributions()
-    declared = _declared()
+    declared = _declared(EXTRA_PACKAGES.get(subpackage or ""))
     undeclared = {
         module: distributions.get(module, [])
-        for module in _third_party_imports()
+        for module in _third_party_imports(subpackage)
         if not declared & {_normal(d) for d in distributions.get(module, [])}
     }
     assert undeclared == {}
