@@ -50,6 +50,7 @@ from orchestrator.errors import (
     BackendError,
     BusyError,
     InvalidArgumentError,
+    OrchestratorError,
     PolicyViolationError,
     SessionNotFoundError,
     TemplateNotBuiltError,
@@ -605,6 +606,29 @@ class SessionManager:
         if session.policy.network.mode == "none":
             return []
         return await self.backend.network_log(session.container_id)
+
+    async def network_denied_since(
+        self, session_id: str, since: float, *, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
+        """``{host, port, rule}`` of each egress attempt refused since ``since`` (wall clock,
+        which the proxy's container shares), for a call's result; empty without a network or
+        when the session has ended meanwhile."""
+        try:
+            session = self.find_session(session_id, tenant=tenant)
+        except OrchestratorError:
+            return []
+        if session.policy.network.mode == "none" or session.closed:
+            return []
+        try:
+            entries = await self.backend.network_log(session.container_id)
+        except OrchestratorError as exc:
+            log.warning("session %s: its egress log could not be read: %s", session.id, exc)
+            return []
+        return [
+            {"host": e["host"], "port": e["port"], "rule": e["rule"]}
+            for e in entries
+            if e["decision"] == "deny" and e["time"] >= since
+        ]
 
     # -- pause and resume -----------------------------------------------------------------
 

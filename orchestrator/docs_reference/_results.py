@@ -200,8 +200,16 @@ PAUSE = {
     "changed": ("boolean", "Whether this call changed it (false: it already was)."),
 }
 
+NETWORK_DENIED = {
+    "network_denied": (
+        "array of object",
+        "Only when the session's egress proxy refused an attempt during the call: `host`, "
+        "`port` and `rule` of each (see `session.network_log`).",
+    ),
+}
+
 RESULTS: Mapping[str, ResultShape] = {
-    "python_repl.execute": ResultShape(model=ExecuteResult),
+    "python_repl.execute": ResultShape(NETWORK_DENIED, ExecuteResult),
     "python_repl.reset": ResultShape(SESSION),
     "python_repl.destroy": ResultShape(
         {**SESSION, "destroyed": ("boolean", "Whether a session was ended by this call.")}
@@ -262,7 +270,7 @@ RESULTS: Mapping[str, ResultShape] = {
     "terminal.interrupt": ResultShape(SESSION, TerminalStatus),
     "terminal.kill": ResultShape(SESSION, TerminalStatus),
     "terminal.resize": ResultShape(SESSION, TerminalStatus),
-    "terminal.run": ResultShape({**SESSION, **CREATED}, ShellRunResult),
+    "terminal.run": ResultShape({**SESSION, **CREATED, **NETWORK_DENIED}, ShellRunResult),
     "process.start": ResultShape(SESSION, ProcessStartResult),
     "process.list": ResultShape(
         {

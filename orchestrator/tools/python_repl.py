@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -51,6 +52,7 @@ class NoArgs(ToolArgs):
 
 
 async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArgs) -> Fields:
+    started = time.time()
     result = await orch.execute(
         args.code,
         session_id=args.session_id,
@@ -60,7 +62,10 @@ async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArg
         session_env=args.session_env,
         env=args.env,
     )
-    return result.model_dump()
+    fields = result.model_dump()
+    if denied := await orch.network_denied_since(result.session_id, started, tenant=tenant):
+        fields["network_denied"] = denied
+    return fields
 
 
 async def _reset(orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs) -> Fields:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -167,6 +168,7 @@ async def _resize(orch: SessionManager, tenant: str | None, args: ResizeArgs) ->
 
 async def _run(orch: SessionManager, tenant: str | None, args: RunArgs) -> Fields:
     session, created = await _command_session(orch, tenant, args)
+    started = time.time()
     result = await session.shell.run(
         args.command,
         timeout_s=args.timeout_s,
@@ -185,6 +187,8 @@ async def _run(orch: SessionManager, tenant: str | None, args: RunArgs) -> Field
             "error_type": "timeout",
             "error_message": f"command timed out ({kept})",
         }
+    if denied := await orch.network_denied_since(session.id, started, tenant=tenant):
+        fields["network_denied"] = denied
     return fields
 
 

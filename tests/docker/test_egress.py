@@ -303,3 +303,78 @@ async def test_the_proxy_and_network_go_with_their_session_and_a_stray_one_is_re
     assert len(_egress_of(other.session_id)[0]) == 1
     assert await fresh.reap_egress(TEST_ORCHESTRATOR_ID, set()) == [other.session_id]
     assert _egress_of(other.session_id) == ([], [])
+
+
+LAB_POLICY = """
+extends = "shell"
+name = "egress-lab"
+[network]
+mode = "allowlist"
+allow = ["allowed.test"]
+"""
+FETCH_IN_REPL = """
+import urllib.request, urllib.error
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=15).read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code
+"""
+
+
+async def test_through_the_tools_a_refused_attempt_is_in_the_calls_result_and_in_the_log(
+    worker_image: Any, egress_backend: DockerBackend, tmp_path: Path
+) -> None:
+    from orchestrator._api import Orchestrator, OrchestratorConfig
+
+    (tmp_path / "egress-lab.toml").write_text(LAB_POLICY)
+    config = OrchestratorConfig(
+        image=worker_image.tag,
+        orchestrator_id=f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
+        extra_labels={TEST_RUN_LABEL: RUN_ID},
+        policy_dirs=(tmp_path,),
+    )
+    async with Orchestrator(config, backend=egress_backend) as orch:
+        with anyio.fail_after(120):
+            first = await orch.call(
+                "python_repl",
+                {"operation": "execute", "code": FETCH_IN_REPL, "policy": "egress-lab"},
+            )
+            sid = first.structured["session_id"]
+            ok = await orch.call(
+                "python_repl",
+                {
+                    "operation": "execute",
+                    "session_id": sid,
+                    "code": "fetch('http://allowed.test/')",
+                },
+            )
+            assert ok.structured["result_repr"] == repr("hello allowed.test ")
+            assert "network_denied" not in ok.structured
+            refused = await orch.call(
+                "python_repl",
+                {"operation": "execute", "session_id": sid, "code": "fetch('http://other.test/')"},
+            )
+            assert refused.structured["result_repr"] == "403"
+            assert refused.structured["network_denied"] == [
+                {"host": "other.test", "port": 80, "rule": "allowlist"}
+            ]
+            shell = await orch.call(
+                "terminal",
+                {
+                    "operation": "run",
+                    "session_id": sid,
+                    "command": "python3 -c \"import urllib.request as u; u.urlopen('http://private.test:8080/')\"",
+                },
+            )
+            assert shell.structured["network_denied"] == [
+                {"host": "private.test", "port": 8080, "rule": "allowlist"}
+            ]
+            log = await orch.call("session", {"operation": "network_log", "session_id": sid})
+            entries = log.structured["entries"]
+            assert [(e["host"], e["decision"]) for e in entries] == [
+                ("allowed.test", "allow"),
+                ("other.test", "deny"),
+                ("private.test", "deny"),
+            ]
+            assert log.structured["denied"] == 2
