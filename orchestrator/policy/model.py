@@ -130,6 +130,14 @@ class NetworkConfig(_Section):
         900.0, ge=1, le=86400, description="Longest life of one proxied connection."
     )
 
+    @field_validator("allow")
+    @classmethod
+    def _names_not_addresses(cls, rules: list[str]) -> list[str]:
+        for rule in rules:
+            if rule.partition(":")[0].rsplit(".", 1)[-1].isdigit():
+                raise ValueError(f"{rule!r} is an address: rules name hosts")
+        return rules
+
     @model_validator(mode="after")
     def _allow_only_with_allowlist(self) -> Self:
         if self.allow and self.mode != "allowlist":

@@ -1,0 +1,191 @@
+"""The egress proxy's pure parts, on the host: rules, the address check, the ClientHello reader,
+the log reader, and the policy's network section. Real TLS hellos come from the stdlib's own
+client (an SSLObject over memory BIOs); hypothesis feeds the parsers what a sandbox could send."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.backend.network_log import parse_log
+from orchestrator.policy.model import NetworkConfig
+from orchestrator.worker.egress_proxy import (
+    Refused,
+    address_refused,
+    client_hello_sni,
+    match_rule,
+    split_host_port,
+)
+
+ALLOW = ["pypi.org", "*.pythonhosted.org", "github.com:22"]
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "rule"),
+    [
+        ("pypi.org", 443, "pypi.org"),
+        ("pypi.org", 80, "pypi.org"),
+        ("pypi.org", 8443, None),
+        ("files.pythonhosted.org", 443, "*.pythonhosted.org"),
+        ("pythonhosted.org", 443, None),
+        ("evilpythonhosted.org", 443, None),
+        ("github.com", 22, "github.com:22"),
+        ("github.com", 443, None),
+        ("pypi.org.evil.com", 443, None),
+    ],
+)
+def test_a_rule_names_a_host_or_its_subdomains_and_ports_80_and_443_unless_it_names_one(
+    host: str, port: int, rule: str | None
+) -> None:
+    assert match_rule("allowlist", ALLOW, host, port) == rule
+
+
+def test_open_mode_matches_every_name() -> None:
+    assert match_rule("open", [], "example.com", 8080) == "open"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.17.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "224.0.0.251",
+        "100.64.0.1",
+        "0.0.0.0",
+        "fe80::1",
+    ],
+)
+def test_loopback_private_link_local_multicast_and_metadata_are_refused(address: str) -> None:
+    assert address_refused(address, [])
+
+
+def test_a_public_address_passes_and_a_permitted_range_passes_but_never_the_metadata_one() -> None:
+    import ipaddress
+
+    assert not address_refused("8.8.8.8", [])
+    assert not address_refused("2606:4700::1111", [])
+    permit = [ipaddress.ip_network("172.18.0.0/16"), ipaddress.ip_network("169.254.0.0/16")]
+    assert not address_refused("172.18.0.5", permit)
+    assert address_refused("169.254.169.254", permit)
+    assert address_refused("172.19.0.5", permit)
+
+
+def _client_hello(server_hostname: str | None) -> bytes:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_the_sni_of_a_real_client_hello_is_read_and_a_hello_without_one_has_none() -> None:
+    assert client_hello_sni(_client_hello("Files.PythonHosted.org")) == "files.pythonhosted.org"
+    assert client_hello_sni(_client_hello(None)) is None
+
+
+def test_a_first_record_that_is_not_a_client_hello_is_refused() -> None:
+    with pytest.raises(Refused) as caught:
+        client_hello_sni(b"GET / HTTP/1.1\r\n\r\n")
+    assert caught.value.rule == "not_tls"
+    hello = _client_hello("pypi.org")
+    with pytest.raises(Refused) as caught:
+        client_hello_sni(hello[:60])
+    assert caught.value.rule == "tls_unparsed"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=600))
+def test_any_bytes_give_a_name_none_or_a_refusal(data: bytes) -> None:
+    try:
+        result = client_hello_sni(data)
+    except Refused:
+        return
+    assert result is None or isinstance(result, str)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=400))
+def test_a_real_hello_mutated_gives_a_name_none_or_a_refusal(noise: bytes, at: int) -> None:
+    hello = bytearray(_client_hello("pypi.org"))
+    hello[at : at + len(noise)] = noise
+    with contextlib.suppress(Refused):
+        client_hello_sni(bytes(hello))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=300))
+def test_any_connect_target_gives_a_host_and_port_or_a_refusal(target: str) -> None:
+    try:
+        host, port = split_host_port(target, 443)
+    except Refused as refused:
+        status = refused.status
+    else:
+        status = 200
+        assert 0 < port < 65536 and host and host == host.lower()
+    assert status in (200, 400)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("pypi.org:443", ("pypi.org", 443)),
+        ("PyPI.org.", ("pypi.org", 443)),
+        ("[::1]:8080", ("::1", 8080)),
+        ("example.com:80", ("example.com", 80)),
+    ],
+)
+def test_connect_targets_are_normalized(target: str, expected: tuple[str, int]) -> None:
+    assert split_host_port(target, 443) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_the_log_reader_keeps_only_well_formed_entries(data: bytes) -> None:
+    for entry in parse_log(data):
+        assert entry["decision"] in ("allow", "deny")
+
+
+def test_the_log_reader_keeps_each_entry_once_oldest_first_and_drops_a_forged_one() -> None:
+    def line(seq: int, **extra: object) -> bytes:
+        entry = {"seq": seq, "time": 1.0, "method": "GET", "host": "a.test", "port": 80,
+                 "decision": "allow", "rule": "a.test", "bytes_sent": 1, "bytes_received": 2,
+                 "duration_s": 0.1, **extra}  # fmt: skip
+        return json.dumps(entry).encode()
+
+    data = b"\n".join([line(2), line(1), line(2), line(3, decision="maybe"), b"{", line(4, x=1)])
+    assert [e["seq"] for e in parse_log(data)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "network",
+    [
+        {"mode": "open", "allow": ["pypi.org"]},
+        {"mode": "allowlist", "allow": ["PyPI.org"]},
+        {"mode": "allowlist", "allow": ["*."]},
+        {"mode": "allowlist", "allow": ["10.0.0.1"]},
+        {"mode": "allowlist", "allow": ["localhost"]},
+        {"mode": "allowlist", "allow": ["pypi.org:0"]},
+        {"mode": "proxy"},
+    ],
+)
+def test_a_network_section_the_proxy_could_not_honour_is_refused(
+    network: dict[str, object],
+) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        NetworkConfig.model_validate(network)
