@@ -6,8 +6,9 @@ the port in ``E2b-Sandbox-Port`` (49983 envd: process and filesystem RPCs, ``/fi
 
 Invariants: a data-plane request reaches a service only with the access token of a sandbox
 this server made; otherwise it is answered as E2B's proxy answers for a sandbox it cannot find,
-whatever the reason. The timeout reaper ends each sandbox whose lifetime ran out (its session
-destroyed through the tool layer) within ``REAP_INTERVAL``."""
+whatever the reason. The timeout reaper ends each running sandbox whose lifetime ran out (its
+session destroyed through the tool layer), or pauses it when it was made with ``autoPause``,
+within ``REAP_INTERVAL``; a paused sandbox's clock stands still until it is resumed."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from orchestrator.e2b._envd_http import envd_http
 from orchestrator.e2b._filesystem import FilesystemService
 from orchestrator.e2b._interpreter import Interpreter
 from orchestrator.e2b._process import ProcessService
-from orchestrator.e2b._sandboxes import SandboxTable, utc_now
+from orchestrator.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
 from orchestrator.e2b._tooling import ToolCallError, call
 
 __all__ = ["ENVD_PORT", "INTERPRETER_PORT", "build_e2b_app"]
@@ -113,16 +114,35 @@ class E2bApp:
         while True:
             await anyio.sleep(REAP_INTERVAL)
             for sandbox in self.table.expired(utc_now()):
-                self.table.remove(sandbox.sandbox_id)
-                with contextlib.suppress(ToolCallError):
-                    await call(
-                        self.orchestrator,
-                        sandbox.tenant,
-                        "python_repl",
-                        "destroy",
-                        session_id=sandbox.session_id,
-                    )
-                log.info("e2b sandbox %s ended: its timeout ran out", sandbox.sandbox_id)
+                await self._expire(sandbox)
+
+    async def _expire(self, sandbox: E2bSandbox) -> None:
+        """Paused when it was made with ``autoPause`` (and a pause works), else ended."""
+        if sandbox.auto_pause:
+            try:
+                await call(
+                    self.orchestrator,
+                    sandbox.tenant,
+                    "session",
+                    "pause",
+                    session_id=sandbox.session_id,
+                )
+            except ToolCallError as exc:
+                log.warning("e2b sandbox %s not paused (%s): ending it", sandbox.sandbox_id, exc)
+            else:
+                sandbox.state = "paused"
+                log.info("e2b sandbox %s paused: its timeout ran out", sandbox.sandbox_id)
+                return
+        self.table.remove(sandbox.sandbox_id)
+        with contextlib.suppress(ToolCallError):
+            await call(
+                self.orchestrator,
+                sandbox.tenant,
+                "python_repl",
+                "destroy",
+                session_id=sandbox.session_id,
+            )
+        log.info("e2b sandbox %s ended: its timeout ran out", sandbox.sandbox_id)
 
 
 def build_e2b_app(orchestrator: Any, keys: TenantKeys) -> E2bApp:

@@ -181,6 +181,8 @@ class Control:
             envs=dict(envs),
             started_at=now,
             end_at=now + datetime.timedelta(seconds=timeout),
+            timeout_s=timeout,
+            auto_pause=body.get("autoPause") is True,
         )
         self.table.add(sandbox)
         return self.created(sandbox)
@@ -256,11 +258,12 @@ class Control:
             problem = _check_timeout(timeout)
             if problem:
                 return e2b_error(400, problem)
-            # Connecting never shortens a sandbox's life, as in E2B.
+        if sandbox.state == "paused":
+            return await self._resume(tenant, sandbox, timeout)
+        if timeout is not None:
+            # Connecting never shortens a running sandbox's life, as in E2B.
             wanted = utc_now() + datetime.timedelta(seconds=timeout)
             sandbox.end_at = max(sandbox.end_at, wanted)
-        if sandbox.state == "paused":
-            return await self._resume(tenant, sandbox)
         return self.created(sandbox, status=200)
 
     async def pause(self, request: Request) -> Response:
@@ -284,9 +287,20 @@ class Control:
         tenant, sandbox = found
         if sandbox.state != "paused":
             return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is not paused")
-        return await self._resume(tenant, sandbox)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        timeout = body.get("timeout") if isinstance(body, dict) else None
+        if timeout is not None:
+            problem = _check_timeout(timeout)
+            if problem:
+                return e2b_error(400, problem)
+        return await self._resume(tenant, sandbox, timeout)
 
-    async def _resume(self, tenant: str, sandbox: E2bSandbox) -> Response:
+    async def _resume(self, tenant: str, sandbox: E2bSandbox, timeout: int | None) -> Response:
+        """The session resumed, and a new lifetime from now: the one asked for, else the last
+        one the sandbox had (its clock stood still while it was paused)."""
         try:
             await call(
                 self.orchestrator, tenant, "session", "resume", session_id=sandbox.session_id
@@ -294,6 +308,7 @@ class Control:
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
         sandbox.state = "running"
+        sandbox.set_timeout(timeout if timeout is not None else sandbox.timeout_s)
         return self.created(sandbox)
 
     async def metrics(self, request: Request) -> Response:
@@ -334,6 +349,11 @@ def _check_create(timeout: Any, metadata: Any, envs: Any, body: dict[str, Any]) 
         return "volume mounts are not supported by sandhold"
     if body.get("mcp"):
         return "MCP servers in a sandbox are not supported by sandhold"
+    if not isinstance(body.get("autoPause", False), bool):
+        return "autoPause must be true or false"
+    resume = body.get("autoResume")
+    if isinstance(resume, dict) and resume.get("enabled"):
+        return "auto-resume is not supported by sandhold: resume with connect()"
     return _check_timeout(timeout)
 
 

@@ -59,6 +59,10 @@ class E2bSandbox:
     started_at: datetime.datetime
     end_at: datetime.datetime
     state: State = "running"
+    # The lifetime last asked for: a resume without a timeout of its own runs for this long.
+    timeout_s: int = 300
+    # E2B's ``autoPause``: when the lifetime runs out, the sandbox is paused, not killed.
+    auto_pause: bool = False
     commands: dict[int, Command] = dataclasses.field(default_factory=dict)
     next_pid: int = FIRST_PID
     executions: int = 0
@@ -71,6 +75,7 @@ class E2bSandbox:
         return command
 
     def set_timeout(self, seconds: int) -> None:
+        self.timeout_s = seconds
         self.end_at = utc_now() + datetime.timedelta(seconds=seconds)
 
 
@@ -104,7 +109,9 @@ class SandboxTable:
         return [s for s in self._sandboxes.values() if s.tenant == tenant]
 
     def expired(self, now: datetime.datetime) -> list[E2bSandbox]:
-        return [s for s in self._sandboxes.values() if s.end_at <= now]
+        """Running sandboxes past their end: a paused one's clock is stopped, as in E2B (its
+        resume gives it a new lifetime)."""
+        return [s for s in self._sandboxes.values() if s.state == "running" and s.end_at <= now]
 
     def __len__(self) -> int:
         return len(self._sandboxes)

@@ -7,6 +7,7 @@ sandbox invisible to another's key."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from e2b import (
     Sandbox,
     SandboxException,
     SandboxQuery,
+    SandboxState,
     TimeoutException,
 )
 
@@ -24,6 +26,16 @@ from orchestrator.images import ImageBuildResult
 from tests.docker.e2b_server import E2bServer, e2b_server
 
 pytestmark = pytest.mark.docker
+
+# A sandbox with a 3 s lifetime is reported gone or paused within this: the server's reaper
+# runs every second; the rest is room for a loaded machine. Only an upper bound on a wait.
+EXPIRY_WAIT = 60.0
+
+
+def wait_until_not_running(sandbox: Sandbox) -> None:
+    deadline = time.monotonic() + EXPIRY_WAIT
+    while sandbox.is_running() and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +197,59 @@ def test_one_tenants_sandbox_is_invisible_to_another_tenant(server: E2bServer) -
         assert theirs.commands.run("echo still mine").stdout == "still mine\n"
     finally:
         theirs.kill()
+
+
+def test_a_paused_sandbox_keeps_its_files_and_processes_and_connect_resumes_it(
+    sandbox: Sandbox,
+) -> None:
+    sandbox.files.write("kept.txt", "before the pause")
+    handle = sandbox.commands.run("sleep 300", background=True)
+    assert sandbox.pause() is True
+    assert sandbox.pause() is False
+    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+    paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    assert sandbox.sandbox_id in [s.sandbox_id for s in paused]
+    resumed = Sandbox.connect(sandbox.sandbox_id, timeout=60)
+    info = resumed.get_info()
+    assert info.state == SandboxState.RUNNING
+    assert resumed.files.read("kept.txt") == "before the pause"
+    assert handle.pid in [p.pid for p in resumed.commands.list()]
+    assert resumed.commands.run("echo awake").stdout == "awake\n"
+
+
+def test_a_sandbox_is_gone_once_its_timeout_runs_out(server: E2bServer) -> None:
+    made = Sandbox.create(timeout=3)
+    try:
+        assert made.is_running()
+        wait_until_not_running(made)
+        assert not made.is_running()
+        with pytest.raises(NotFoundException):
+            Sandbox.get_info(made.sandbox_id)
+        assert made.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]
+    finally:
+        Sandbox.kill(made.sandbox_id)
+
+
+def test_a_sandbox_made_to_pause_on_timeout_is_paused_then_resumed_by_connect(
+    server: E2bServer,
+) -> None:
+    made = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause"})
+    try:
+        made.files.write("kept.txt", "kept")
+        deadline = time.monotonic() + EXPIRY_WAIT
+        while (
+            Sandbox.get_info(made.sandbox_id).state != SandboxState.PAUSED
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        assert Sandbox.get_info(made.sandbox_id).state == SandboxState.PAUSED
+        resumed = Sandbox.connect(made.sandbox_id, timeout=60)
+        assert resumed.files.read("kept.txt") == "kept"
+        assert resumed.get_info().state == SandboxState.RUNNING
+    finally:
+        made.kill()
+
+
+def test_auto_resume_is_refused_clearly(server: E2bServer) -> None:
+    with pytest.raises(SandboxException, match="auto-resume is not supported"):
+        Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
