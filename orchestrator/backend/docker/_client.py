@@ -98,6 +98,7 @@ class DockerClient:
         api_timeout: float = DEFAULT_API_TIMEOUT,
     ) -> None:
         self._limiter = anyio.CapacityLimiter(max_concurrency)
+        self._max_concurrency = max_concurrency
         self._api_timeout = api_timeout
         self._sdk: Any = None
         self._endpoint: EngineEndpoint | None = None
@@ -114,6 +115,9 @@ class DockerClient:
                     version="auto",
                     timeout=self._api_timeout,
                     use_ssh_client=shell_out,
+                    # A connection per call in flight: past the SDK's 10, each extra one would be
+                    # opened, used once and dropped with a warning.
+                    max_pool_size=max(self._max_concurrency, 10),
                     **kwargs,
                 )
                 self._endpoint = endpoint_of(kwargs, str(self._sdk.api.api_version))
