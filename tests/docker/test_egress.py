@@ -9,31 +9,49 @@ Sandboxes run Python's urllib, which reads ``HTTP(S)_PROXY`` as pip and curl do.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 import secrets
 import subprocess
+import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import docker
+import pip
 import pytest
 
 from orchestrator.backend.base import ContainerSpec, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient, EgressSettings
+from orchestrator.errors import BackendUnavailableError
 from orchestrator.policy.model import Policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
 
 pytestmark = pytest.mark.anyio
 
-WEB_SERVER = r"""
-import http.server, os, ssl, threading
+WHEEL_NAME = "hello_egress-1.0-py3-none-any.whl"
+WEB_SERVER = (
+    f"WHEEL_NAME = {WHEEL_NAME!r}\n"
+    + r"""
+import base64, hashlib, http.server, os, ssl, threading
 class Hello(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        size = int(self.path.strip("/") or 0)
-        body = ("hello " + self.headers.get("Host", "") + " " + "x" * size).encode()
+        wheel = base64.b64decode(os.environ["WHEEL"])
+        if self.path.startswith("/simple/"):  # a PEP 503 index of one project
+            digest = hashlib.sha256(wheel).hexdigest()
+            body = f'<a href="/files/{WHEEL_NAME}#sha256={digest}">{WHEEL_NAME}</a>'.encode()
+        elif self.path == f"/files/{WHEEL_NAME}":
+            body = wheel
+        else:
+            size = int(self.path.strip("/") or 0)
+            body = ("hello " + self.headers.get("Host", "") + " " + "x" * size).encode()
         self.send_response(200)
+        if self.path.startswith("/simple/"):
+            self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -47,6 +65,7 @@ tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
 threading.Thread(target=tls.serve_forever, daemon=True).start()
 plain.serve_forever()
 """
+)
 
 # What a sandbox runs: fetch a URL through the proxy its environment names; print one JSON line.
 FETCH = r"""
@@ -62,14 +81,59 @@ except Exception as e:
 """
 
 
+SUBJECT_ALT_NAMES = "subjectAltName=DNS:allowed.test,DNS:other.test,DNS:pypi.test"
+
+
 def _self_signed(folder: Path) -> tuple[str, str]:
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=allowed.test", "-addext", "subjectAltName=DNS:allowed.test,DNS:other.test",
+         "-subj", "/CN=allowed.test", "-addext", SUBJECT_ALT_NAMES,
          "-keyout", str(folder / "key.pem"), "-out", str(folder / "cert.pem")],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     return (folder / "cert.pem").read_text(), (folder / "key.pem").read_text()
+
+
+def _wheel_b64() -> str:
+    """A one-module wheel, made here: what pip installs in the test."""
+    files = {
+        "hello_egress/__init__.py": b"VALUE = 42\n",
+        "hello_egress-1.0.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: hello-egress\nVersion: 1.0\n"
+        ),
+        "hello_egress-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(
+        f"{name},sha256={_urlsafe_digest(data)},{len(data)}\n" for name, data in files.items()
+    )
+    files["hello_egress-1.0.dist-info/RECORD"] = (
+        record + "hello_egress-1.0.dist-info/RECORD,,\n"
+    ).encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _urlsafe_digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _pip_zipapp() -> bytes:
+    """pip from this interpreter's site-packages as a zip Python runs: the images carry no pip."""
+    root = Path(pip.__file__).parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(
+            "__main__.py", "import sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
+        )
+        for path in root.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, Path("pip") / path.relative_to(root))
+    return buffer.getvalue()
 
 
 class Internet:
@@ -82,6 +146,7 @@ class Internet:
 @pytest.fixture(scope="module")
 def internet(worker_image: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
     cert, key = _self_signed(tmp_path_factory.mktemp("tls"))
+    environment = {"CERT": cert, "KEY": key, "WHEEL": _wheel_b64()}
     sdk = docker.from_env(timeout=30)
     labels = {TEST_RUN_LABEL: RUN_ID}
     name = f"sandhold-test-internet-{RUN_ID}"
@@ -89,11 +154,11 @@ def internet(worker_image: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     started = []
     try:
         for aliases, command in (
-            (["allowed.test", "other.test"], ["python3", "-c", WEB_SERVER]),
+            (["allowed.test", "other.test", "pypi.test"], ["python3", "-c", WEB_SERVER]),
             (["private.test"], ["sleep", "infinity"]),
         ):
             container = sdk.containers.create(
-                worker_image.tag, command, labels=labels, environment={"CERT": cert, "KEY": key},
+                worker_image.tag, command, labels=labels, environment=environment,
                 detach=True, network=name,
             )  # fmt: skip
             started.append(container)
@@ -133,6 +198,26 @@ class Sandbox:
         )  # fmt: skip
         return result.stdout.decode() + result.stderr.decode()
 
+    async def upload(self, path: str, data: bytes) -> None:
+        stream = await self.backend.open_exec(
+            self.id,
+            ExecSpec(
+                argv=[
+                    "python3",
+                    "-c",
+                    f"import sys; open({path!r}, 'wb').write(sys.stdin.buffer.read())",
+                ]
+            ),
+        )
+        try:
+            await stream.send(data)
+            await stream.send_eof()
+            with anyio.fail_after(60):
+                while await stream.receive() is not None:
+                    pass
+        finally:
+            await stream.aclose()
+
     async def fetch(self, url: str, *, verify: bool = False) -> dict[str, Any]:
         out = await self.python(FETCH, url, *(["verify"] if verify else []))
         return dict(json.loads(out.strip().splitlines()[-1]))
@@ -144,8 +229,10 @@ async def sandbox(
 ) -> AsyncIterator[Any]:
     made: list[str] = []
 
-    async def make(network: dict[str, Any]) -> Sandbox:
-        policy = Policy.model_validate({"name": "egress-test", "network": network})
+    async def make(network: dict[str, Any], runtime: str | None = None) -> Sandbox:
+        policy = Policy.model_validate(
+            {"name": "egress-test", "network": network, "runtime": runtime}
+        )
         session_id = secrets.token_hex(16)
         spec = ContainerSpec(
             image=worker_image.tag, policy=policy, session_id=session_id, tenant="test",
@@ -165,6 +252,18 @@ async def sandbox(
                 await egress_backend.remove_container(container_id)
 
 
+def _offline(runtime: str) -> bool:
+    """Whether the engine registers ``runtime`` with ``--network=none`` (this machine's runsc
+    is): its containers have loopback only, so a session with a network is refused at
+    creation rather than made without one."""
+    sdk = docker.from_env(timeout=30)
+    try:
+        entry = (sdk.info().get("Runtimes") or {}).get(runtime) or {}
+    finally:
+        sdk.close()
+    return "--network=none" in (entry.get("runtimeArgs") or [])
+
+
 def _egress_of(session_id: str) -> tuple[list[Any], list[Any]]:
     sdk = docker.from_env(timeout=30)
     try:
@@ -174,10 +273,15 @@ def _egress_of(session_id: str) -> tuple[list[Any], list[Any]]:
         sdk.close()
 
 
+@pytest.mark.parametrize("runtime", [None, "runsc"])
 async def test_an_allowed_name_is_reached_over_http_and_tls_and_another_is_refused_with_its_rule(
-    sandbox: Any,
+    sandbox: Any, runtime: str | None
 ) -> None:
-    box = await sandbox({"mode": "allowlist", "allow": ["allowed.test"]})
+    if runtime is not None and _offline(runtime):
+        with pytest.raises(BackendUnavailableError):
+            await sandbox({"mode": "open"}, runtime)
+        return
+    box = await sandbox({"mode": "allowlist", "allow": ["allowed.test"]}, runtime)
     assert await box.fetch("http://allowed.test/") == {"status": 200, "body": "hello allowed.test "}
     assert (await box.fetch("https://allowed.test/", verify=True))["status"] == 200
     assert await box.fetch("http://other.test/") == {"status": 403, "rule": "allowlist"}
@@ -252,10 +356,16 @@ except urllib.error.HTTPError as e:
     assert (await box.python(code)).strip() == "407 auth"
 
 
+@pytest.mark.parametrize("runtime", [None, "runsc"])
 async def test_the_sandbox_has_no_route_and_no_resolver_only_the_proxy(
-    sandbox: Any, internet: Internet
+    sandbox: Any, internet: Internet, runtime: str | None
 ) -> None:
-    box = await sandbox({"mode": "open"})
+    if runtime is not None and _offline(runtime):
+        with pytest.raises(BackendUnavailableError):
+            await sandbox({"mode": "open"}, runtime)
+        return
+    box = await sandbox({"mode": "open"}, runtime)
+    assert (await box.fetch("http://allowed.test/"))["status"] == 200
     code = r"""
 import socket, sys
 for host, port in [(sys.argv[1], 80), ("169.254.169.254", 80), ("172.17.0.1", 80), ("8.8.8.8", 53)]:
@@ -274,8 +384,11 @@ for name in ["allowed.test", "pypi.org"]:
     assert sum(line.startswith(("refused", "unresolved")) for line in lines) == 6
 
 
-async def test_a_session_in_mode_none_has_only_loopback_and_no_egress(sandbox: Any) -> None:
-    box = await sandbox({"mode": "none"})
+@pytest.mark.parametrize("runtime", [None, "runsc"])
+async def test_a_session_in_mode_none_has_only_loopback_and_no_egress(
+    sandbox: Any, runtime: str | None
+) -> None:
+    box = await sandbox({"mode": "none"}, runtime)
     names = await box.python("import socket; print(sorted(n for _, n in socket.if_nameindex()))")
     assert names.strip() == "['lo']"
     assert _egress_of(box.session_id) == ([], [])
@@ -291,6 +404,12 @@ async def test_the_proxy_and_network_go_with_their_session_and_a_stray_one_is_re
     assert proxies[0]["Labels"]["sandhold.egress-orchestrator"] == TEST_ORCHESTRATOR_ID
     await egress_backend.remove_container(box.id)
     assert _egress_of(box.session_id) == ([], [])
+    # A backend that did not create it (a later start reaping a dead orchestrator's sessions)
+    # finds the egress from the container's labels.
+    adopted = await sandbox({"mode": "open"})
+    later = DockerBackend(egress_backend.client, egress=egress_backend.egress)
+    await later.remove_container(adopted.id)
+    assert _egress_of(adopted.session_id) == ([], [])
     # Left behind (its session container removed behind the backend's back, as a kill -9 of
     # sandhold and a removal by hand would): the reconciler's sweep removes it.
     other = await sandbox({"mode": "open"})
@@ -378,3 +497,42 @@ async def test_through_the_tools_a_refused_attempt_is_in_the_calls_result_and_in
                 ("private.test", "deny"),
             ]
             assert log.structured["denied"] == 2
+
+
+PIP = [
+    "python3", "/tmp/pip.pyz", "install", "--index-url", "https://pypi.test/simple",
+    "--cert", "/tmp/ca.pem", "--target", "/workspace/site", "--no-cache-dir",
+    "--disable-pip-version-check", "--retries", "0", "--timeout", "10", "hello-egress",
+]  # fmt: skip
+
+
+async def test_pip_installs_from_an_allowed_index_and_is_refused_by_name_elsewhere(
+    sandbox: Any,
+) -> None:
+    zipapp = _pip_zipapp()
+    allowed = await sandbox({"mode": "allowlist", "allow": ["pypi.test:443"]})
+    await allowed.upload("/tmp/pip.pyz", zipapp)
+    result = await allowed.backend.run(
+        allowed.id, ExecSpec(argv=PIP), timeout=180, max_output_bytes=1 << 20
+    )
+    assert result.exit_code == 0, result.stdout.decode()[-2000:] + result.stderr.decode()[-2000:]
+    imported = await allowed.python(
+        "import sys; sys.path.insert(0, '/workspace/site'); import hello_egress; "
+        "print(hello_egress.VALUE)"
+    )
+    assert imported.strip() == "42"
+    log = await allowed.backend.network_log(allowed.id)
+    assert {(e["method"], e["host"], e["decision"]) for e in log} == {
+        ("CONNECT", "pypi.test", "allow")
+    }
+
+    refused = await sandbox({"mode": "allowlist", "allow": ["allowed.test"]})
+    await refused.upload("/tmp/pip.pyz", zipapp)
+    result = await refused.backend.run(
+        refused.id, ExecSpec(argv=PIP), timeout=180, max_output_bytes=1 << 20
+    )
+    assert result.exit_code != 0
+    denied = await refused.backend.network_log(refused.id)
+    assert {(e["host"], e["port"], e["decision"], e["rule"]) for e in denied} == {
+        ("pypi.test", 443, "deny", "allowlist")
+    }

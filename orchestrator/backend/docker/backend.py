@@ -59,6 +59,9 @@ class DockerBackend:
         # also removes its proxy and network, and this saves an inspect to find them.
         self._egress_session: dict[str, str | None] = {}
         self._runtimes: frozenset[str] | None = None
+        # Runtimes registered with ``--network=none`` (runsc often is): their containers have
+        # no interface but loopback whatever network they join, so egress cannot work there.
+        self._offline_runtimes: frozenset[str] = frozenset()
         # The streams this backend attached, by container: removing a container closes them,
         # since under runsc a removed container's exec streams can stay open for minutes.
         self._attached: weakref.WeakKeyDictionary[AttachedExec, str] = weakref.WeakKeyDictionary()
@@ -66,7 +69,13 @@ class DockerBackend:
     async def runtimes(self) -> frozenset[str]:
         if self._runtimes is None:
             info = await self.client.call(lambda sdk: sdk.info())
-            self._runtimes = frozenset((info.get("Runtimes") or {}).keys())
+            found = info.get("Runtimes") or {}
+            self._runtimes = frozenset(found.keys())
+            self._offline_runtimes = frozenset(
+                name
+                for name, entry in found.items()
+                if "--network=none" in ((entry or {}).get("runtimeArgs") or [])
+            )
         return self._runtimes
 
     async def ping(self) -> None:
@@ -83,6 +92,14 @@ class DockerBackend:
             )
         egress = None
         if spec.policy.network.mode != "none":
+            if runtime is not None and runtime in self._offline_runtimes:
+                raise BackendUnavailableError(
+                    f"policy {spec.policy.name!r} has network mode "
+                    f"{spec.policy.network.mode!r}, but this engine runs {runtime} with "
+                    "--network=none, which gives a container no network to reach its proxy",
+                    hint=f"register {runtime} with dockerd without --network=none "
+                    "(runtimeArgs in daemon.json), or use network mode none",
+                )
             egress = await open_egress(self.client, spec, self.egress)
         try:
             kwargs = create_kwargs(spec, egress)
