@@ -17,11 +17,13 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = (
     "repl",
     "session_ready",
+    "cold_start",
     "terminal",
     "files",
     "http_latency",
     "throughput",
     "density",
+    "density_curve",
     "runtimes",
     "restart",
     "mcp_startup",
