@@ -28,6 +28,7 @@ SCRIPTS = (
     "restart",
     "mcp_startup",
     "cli_startup",
+    "e2b_sdk",
 )
 # The longest one (density: 100 sessions) takes a few minutes on two cores.
 SCRIPT_TIMEOUT = 1800
