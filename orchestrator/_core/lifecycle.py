@@ -21,11 +21,14 @@ MAX_REAP_INTERVAL = 30.0
 
 def expiry_reason(session: Session, now: float | None = None) -> str | None:
     """Why ``session`` should end now, or None. A session in the middle of a call is not idle;
-    one whose policy pauses idle sessions ends only at its maximum lifetime."""
+    one whose policy pauses idle sessions ends only at its maximum lifetime, or at the end a
+    ``set_timeout`` gave it (never later than that maximum)."""
     now = time.monotonic() if now is None else now
     timeouts = session.policy.timeouts
     if now - session.started >= timeouts.max_lifetime_s:
         return f"maximum lifetime ({timeouts.max_lifetime_s:g} s) reached"
+    if session.ends_at is not None and now >= session.ends_at:
+        return "maximum lifetime reached (the end set_timeout gave it)"
     if timeouts.idle_action == "destroy" and is_idle(session, now):
         return f"idle for {timeouts.idle_s:g} s"
     return None

@@ -60,6 +60,7 @@ from orchestrator.policy.arguments import (
     check_policy_name,
     check_session_id,
 )
+from orchestrator.policy.egress import narrowed_allowlist
 from orchestrator.policy.env import check_env
 from orchestrator.policy.model import Policy, load_policy
 from orchestrator.registry.claim import Abandoned, claim, reap_abandoned, remove_files
@@ -606,6 +607,19 @@ class SessionManager:
         if session.policy.network.mode == "none":
             return []
         return await self.backend.network_log(session.container_id)
+
+    async def set_allowlist(
+        self, session_id: Any, allow: Any, *, tenant: str | None = None
+    ) -> list[str]:
+        """Replace the session's egress allowlist for new connections, within its policy's
+        (``policy.egress``); the rules now in force."""
+        session = self.find_session(session_id, tenant=tenant)
+        if not isinstance(allow, list):
+            raise InvalidArgumentError("allow must be a list of rules")
+        rules = narrowed_allowlist(session.policy.network, allow)
+        await self.backend.set_egress_allow(session.container_id, rules)
+        log.info("session %s: egress allowlist now %s", session.id, rules)
+        return rules
 
     async def network_denied_since(
         self, session_id: str, since: float, *, tenant: str | None = None

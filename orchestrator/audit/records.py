@@ -83,6 +83,9 @@ CLAIMED_FIELDS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     ("process", "read_output"): ("state", "exit_code"),
     ("process", "kill"): ("state", "exit_code", "signal_used", "group_empty"),
     ("files", "write"): ("size", "created"),
+    ("files", "remove"): ("type",),
+    ("files", "rename"): ("replaced",),
+    ("files", "make_dir"): ("created",),
 }
 # Operations whose ``exit_code`` the host read from the engine (the exec's own exit status).
 ENGINE_EXIT_STATUS: Final = frozenset(

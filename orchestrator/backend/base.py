@@ -170,6 +170,11 @@ class Backend(Protocol):
         fields); empty for a session without a network."""
         ...
 
+    async def set_egress_allow(self, container_id: str, allow: list[str]) -> None:
+        """Replace the allowlist the session's egress proxy applies to new connections; the
+        caller has checked it against the policy (``policy.egress``)."""
+        ...
+
     async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:
         """Remove egress left behind by sessions whose container is gone (this orchestrator's
         unless their session id is in ``keep``); the session ids whose egress went."""

@@ -305,6 +305,9 @@ class FakeBackend:
         self._known(container_id)
         return []
 
+    async def set_egress_allow(self, container_id: str, allow: list[str]) -> None:
+        self._known(container_id)
+
     async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:
         return []
 

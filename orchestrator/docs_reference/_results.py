@@ -309,6 +309,9 @@ RESULTS: Mapping[str, ResultShape] = {
             "denied": ("integer", "How many of the entries were refused."),
         }
     ),
+    "session.set_allowlist": ResultShape(
+        {**SESSION, "allow": ("array of string", "The rules now in force, duplicates dropped.")}
+    ),
     "session.pause": ResultShape({**SESSION, **PAUSE}),
     "session.resume": ResultShape({**SESSION, **PAUSE}),
     "session.share": ResultShape(

@@ -68,6 +68,12 @@ class Session:
     # was made (``policy.env``); kept in memory and in the registry (for re-adoption), never
     # logged, and only its names go into the audit log.
     env: Mapping[str, str] = field(default_factory=dict)
+    # Labels given at creation (``session create``), answered with the session: memory only.
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    # When ``set_timeout`` said the session ends (monotonic); None: its policy's lifetime.
+    ends_at: float | None = None
+    # CPU seconds and when, at the session's last ``metrics``: the next one's rate is from it.
+    cpu_sample: tuple[float, float] | None = None
 
     @classmethod
     def assemble(

@@ -35,6 +35,27 @@ class FileListArgs(ToolArgs):
     path: str = Field(".", description="A directory under /workspace.")
 
 
+class RemoveArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    path: str = PATH
+    recursive: bool = Field(
+        False, description="Remove a directory with everything in it (else only an empty one)."
+    )
+
+
+class RenameArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    path: str = Field(description="The entry to move, under /workspace.")
+    new_path: str = Field(description="Where it goes, under /workspace; its directory exists.")
+    overwrite: bool = Field(False, description="Replace an entry already at new_path.")
+
+
+class MakeDirArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    path: str = PATH
+    parents: bool = Field(True, description="Create missing parent directories too.")
+
+
 class UploadArgs(ToolArgs):
     session_id: str = SESSION_ID
     path: str = Field(description="Directory under /workspace to extract the archive into.")
@@ -62,6 +83,34 @@ async def _list(orch: SessionManager, tenant: str | None, args: FileListArgs) ->
     return {"session_id": session.id, **(await session.files.list(args.path)).model_dump()}
 
 
+async def _stat(orch: SessionManager, tenant: str | None, args: PathArgs) -> Fields:
+    session = await orch.session(args.session_id, tenant=tenant)
+    return {"session_id": session.id, **(await session.files.stat(args.path)).model_dump()}
+
+
+async def _exists(orch: SessionManager, tenant: str | None, args: PathArgs) -> Fields:
+    session = await orch.session(args.session_id, tenant=tenant)
+    return {"session_id": session.id, **(await session.files.exists(args.path)).model_dump()}
+
+
+async def _remove(orch: SessionManager, tenant: str | None, args: RemoveArgs) -> Fields:
+    session = await orch.session(args.session_id, tenant=tenant)
+    result = await session.files.remove(args.path, recursive=args.recursive)
+    return {"session_id": session.id, **result.model_dump()}
+
+
+async def _rename(orch: SessionManager, tenant: str | None, args: RenameArgs) -> Fields:
+    session = await orch.session(args.session_id, tenant=tenant)
+    result = await session.files.rename(args.path, args.new_path, overwrite=args.overwrite)
+    return {"session_id": session.id, **result.model_dump()}
+
+
+async def _make_dir(orch: SessionManager, tenant: str | None, args: MakeDirArgs) -> Fields:
+    session = await orch.session(args.session_id, tenant=tenant)
+    result = await session.files.make_dir(args.path, parents=args.parents)
+    return {"session_id": session.id, **result.model_dump()}
+
+
 async def _upload(orch: SessionManager, tenant: str | None, args: UploadArgs) -> Fields:
     session = await orch.session(args.session_id, tenant=tenant)
     result = await session.files.upload(args.path, tar_b64=args.tar_b64)
@@ -76,15 +125,23 @@ async def _download(orch: SessionManager, tenant: str | None, args: PathArgs) ->
 FILES_TOOL = Tool(
     name="files",
     title="Session files",
-    read_only_operations=frozenset({"read", "list", "download"}),
+    read_only_operations=frozenset({"read", "list", "stat", "exists", "download"}),
     idempotent=True,
-    description="Read and write a session's files under /workspace; archives in and out as tar.",
+    description=(
+        "Read, write, list, stat, remove, move and make directories among a session's files "
+        "under /workspace; archives in and out as tar."
+    ),
     operations={
         op.name: op
         for op in (
             Operation("write", "write a file (text or base64)", FileWriteArgs, _write),
             Operation("read", "read a file (text, or base64 when binary)", PathArgs, _read),
             Operation("list", "entries of a directory", FileListArgs, _list),
+            Operation("stat", "one entry (a symlink described, not followed)", PathArgs, _stat),
+            Operation("exists", "whether an entry is there, and its type", PathArgs, _exists),
+            Operation("remove", "remove a file, link or directory", RemoveArgs, _remove),
+            Operation("rename", "move an entry to new_path", RenameArgs, _rename),
+            Operation("make_dir", "make a directory (with its parents)", MakeDirArgs, _make_dir),
             Operation("upload", "extract a tar archive into a directory", UploadArgs, _upload),
             Operation("download", "a file or directory as a tar archive", PathArgs, _download),
         )

@@ -49,6 +49,20 @@ async def _network_log(orch: SessionManager, tenant: str | None, args: SessionAr
     return {"session_id": args.session_id, "entries": entries, "denied": denied}
 
 
+class AllowlistArgs(ToolArgs):
+    session_id: str = Field(description="The session.")
+    allow: list[str] = Field(
+        max_length=256,
+        description="The new rules (as in a policy's `network.allow`), each within the "
+        "session's policy; they replace the rules in force for new connections.",
+    )
+
+
+async def _set_allowlist(orch: SessionManager, tenant: str | None, args: AllowlistArgs) -> Fields:
+    rules = await orch.set_allowlist(args.session_id, list(args.allow), tenant=tenant)
+    return {"session_id": args.session_id, "allow": rules}
+
+
 class ShareArgs(ToolArgs):
     terminal_id: str = Field(description="A terminal of the calling task.")
     task: str = Field(description="Another task of the same tenant, to receive the grant.")
@@ -79,7 +93,8 @@ SESSION_TOOL = Tool(
         "session (its state and files kept); resume thaws it (any other call on a paused "
         "session does too). "
         "network_log lists the session's egress attempts (time, method, host, port, decision, "
-        "rule, bytes each way), the newest 512 at most. "
+        "rule, bytes each way), the newest 512 at most; set_allowlist replaces the rules its "
+        "proxy applies to new connections, never wider than its policy's. "
         "share grants listed actions on one of your task's terminals to another task of your "
         "tenant; close_owner ends everything a task owns and closes the task."
     ),
@@ -90,6 +105,12 @@ SESSION_TOOL = Tool(
             Operation("pause", "freeze the session until its next call", SessionArgs, _pause),
             Operation("resume", "thaw a paused session", SessionArgs, _resume),
             Operation("network_log", "the session's egress attempts", SessionArgs, _network_log),
+            Operation(
+                "set_allowlist",
+                "narrow the session's egress allowlist",
+                AllowlistArgs,
+                _set_allowlist,
+            ),
             Operation("share", "grant actions on a terminal to another task", ShareArgs, _share),
             Operation(
                 "close_owner", "end a task's sessions and close it", CloseOwnerArgs, _close_owner

@@ -69,6 +69,7 @@ class Settings:
     idle_timeout: float
     max_connection: float
     log_path: str
+    allow_path: str
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
@@ -83,6 +84,7 @@ class Settings:
             idle_timeout=float(raw["idle_timeout"]),
             max_connection=float(raw["max_connection"]),
             log_path=str(raw.get("log_path", "/tmp/egress-log.jsonl")),  # noqa: S108
+            allow_path=str(raw.get("allow_path", "/tmp/egress-allow.json")),  # noqa: S108
         )
 
 
@@ -216,6 +218,26 @@ class Proxy:
         self.seq = 0
         self.ring: deque[str] = deque(maxlen=LOG_ENTRIES)
         self.lines_in_file = 0
+        self.allow_stamp: int | None = None
+
+    def refresh_rules(self) -> None:
+        """Take a live allowlist the orchestrator wrote (``allow_path``, replaced whole); one
+        stat per connection, so a change applies to the next connection at once. A file that
+        does not read as a list of rules is ignored and the rules in force are kept."""
+        try:
+            stamp = os.stat(self.settings.allow_path).st_mtime_ns
+        except OSError:
+            return
+        if stamp == self.allow_stamp:
+            return
+        self.allow_stamp = stamp
+        try:
+            with open(self.settings.allow_path) as handle:
+                rules = json.load(handle)["allow"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if isinstance(rules, list) and all(isinstance(rule, str) for rule in rules):
+            self.settings.mode, self.settings.allow = "allowlist", rules
 
     def record(self, attempt: Attempt) -> None:
         self.seq += 1
@@ -282,6 +304,7 @@ class Proxy:
             raise Refused("limit.connections", 503)
         if self.moved >= s.max_bytes:
             raise Refused("limit.bytes", 503)
+        self.refresh_rules()
         rule = match_rule(s.mode, s.allow, attempt.host, attempt.port)
         if rule is None:
             raise Refused("allowlist")

@@ -72,6 +72,9 @@ _INVALID = {
     errno.ENAMETOOLONG: "name too long",
     errno.EROFS: "read-only file system",
     errno.ENXIO: "not a regular file",
+    # rename(2) says so for a directory moved into itself (through a link the host cannot see).
+    errno.EINVAL: "not possible for this entry (a directory moved into itself?)",
+    errno.EBUSY: "in use by the system (a mount point)",
 }
 _FULL = {
     errno.ENOSPC: "the workspace is full",
@@ -297,6 +300,117 @@ def op_check(request: dict[str, Any]) -> dict[str, Any]:
     return {"path": path, "real_path": real, "exists": True, "type": found}
 
 
+def entry_at(path: str) -> tuple[int, str, os.stat_result]:
+    """The open directory holding ``path`` (symlink-checked), the entry's name in it and the
+    entry itself, not followed; refused for /workspace itself, which no operation here moves or
+    removes. The caller closes the descriptor."""
+    if path == WORKSPACE:
+        raise Refused(f"{path} is the workspace itself")
+    parent, name = posixpath.split(path)
+    dir_fd = open_dir(parent, create=False)
+    try:
+        return dir_fd, name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except BaseException:
+        os.close(dir_fd)
+        raise
+
+
+def op_exists(request: dict[str, Any]) -> dict[str, Any]:
+    """Whether an entry is at ``path`` and what it is; a final symlink is an entry (not
+    followed), a missing parent directory means no entry, a parent leading out is refused."""
+    path = lexical(request.get("path"))
+    if path == WORKSPACE:
+        return {"path": path, "exists": True, "type": "dir"}
+    parent, name = posixpath.split(path)
+    if not os.path.isdir(resolve(parent)):
+        return {"path": path, "exists": False, "type": None}
+    dir_fd = open_dir(parent, create=False)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return {"path": path, "exists": False, "type": None}
+    finally:
+        os.close(dir_fd)
+    return {"path": path, "exists": True, "type": kind(st.st_mode)}
+
+
+def op_remove(request: dict[str, Any]) -> dict[str, Any]:
+    """Remove the entry at ``path``: a file or a link (the link, never its target), an empty
+    directory, or with ``recursive`` a directory and everything in it. The tree is walked by
+    descriptors without following a link (``shutil.rmtree`` with ``dir_fd``), so a link in it,
+    or one swapped in meanwhile, is removed as a link and nothing outside is touched."""
+    path = lexical(request.get("path"))
+    recursive = request.get("recursive") is True
+    dir_fd, name, st = entry_at(path)
+    try:
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+        elif recursive:
+            import shutil
+
+            shutil.rmtree(name, dir_fd=dir_fd)
+        else:
+            os.rmdir(name, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return {"path": path, "type": kind(st.st_mode)}
+
+
+def op_rename(request: dict[str, Any]) -> dict[str, Any]:
+    """Move the entry at ``path`` to ``new_path`` (both in /workspace, the new one's directory
+    existing); an entry already at ``new_path`` is replaced only with ``overwrite``. A link is
+    moved as a link. Without ``overwrite`` the check and the move are two steps: something in
+    the sandbox may put an entry there between them, which it could replace itself anyway."""
+    path = lexical(request.get("path"))
+    new_path = lexical(request.get("new_path"))
+    overwrite = request.get("overwrite") is True
+    if new_path == path:
+        raise Refused(f"{path} and new_path are the same")
+    if new_path.startswith(path + "/"):
+        raise Refused(f"{new_path} is inside {path}: a directory cannot move into itself")
+    src_fd, name, _ = entry_at(path)
+    try:
+        if new_path == WORKSPACE:
+            raise Refused(f"{new_path} is the workspace itself")
+        new_parent, new_name = posixpath.split(new_path)
+        dst_fd = open_dir(new_parent, create=False)
+        try:
+            try:
+                os.stat(new_name, dir_fd=dst_fd, follow_symlinks=False)
+                replaced = True
+            except FileNotFoundError:
+                replaced = False
+            if replaced and not overwrite:
+                raise Refused(f"{new_path} already exists (overwrite replaces it)")
+            # rename never follows a link at either name: the entries themselves move.
+            os.rename(name, new_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return {"path": path, "new_path": new_path, "replaced": replaced}
+
+
+def op_make_dir(request: dict[str, Any]) -> dict[str, Any]:
+    """A directory at ``path`` (its missing parents too with ``parents``); ``created`` is False
+    when one was there already, and anything else there is refused."""
+    path = lexical(request.get("path"))
+    if path == WORKSPACE:
+        return {"path": path, "created": False}
+    parent, name = posixpath.split(path)
+    dir_fd = open_dir(parent, create=request.get("parents") is True)
+    try:
+        try:
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                raise Refused(f"{path} exists and is not a directory") from None
+            return {"path": path, "created": False}
+    finally:
+        os.close(dir_fd)
+    return {"path": path, "created": True}
+
+
 class BoundedBuffer(io.BytesIO):
     def __init__(self, limit: int, path: str) -> None:
         super().__init__()
@@ -425,9 +539,13 @@ def bounded_int(value: Any) -> int:
 OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "archive": op_archive,
     "check": op_check,
+    "exists": op_exists,
     "extract": op_extract,
     "list": op_list,
+    "make_dir": op_make_dir,
     "read": op_read,
+    "remove": op_remove,
+    "rename": op_rename,
     "stat": op_stat,
     "write": op_write,
 }

@@ -27,6 +27,7 @@ import pytest
 
 from orchestrator.backend.base import ContainerSpec, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient, EgressSettings
+from orchestrator.docs_reference._results import RESULTS
 from orchestrator.errors import BackendUnavailableError
 from orchestrator.policy.model import Policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
@@ -497,6 +498,19 @@ async def test_through_the_tools_a_refused_attempt_is_in_the_calls_result_and_in
                 ("private.test", "deny"),
             ]
             assert log.structured["denied"] == 2
+            narrowed = await orch.call(
+                "session",
+                {"operation": "set_allowlist", "session_id": sid, "allow": ["other.test"]},
+            )
+            assert narrowed.structured["success"] is False
+            assert narrowed.structured["error_type"] == "policy"
+            kept = await orch.call(
+                "session",
+                {"operation": "set_allowlist", "session_id": sid, "allow": ["allowed.test:80"]},
+            )
+            assert kept.structured["allow"] == ["allowed.test:80"]
+            shape = RESULTS["session.set_allowlist"]
+            assert set(kept.structured) == set(shape.added) | {"success", "operation"}
 
 
 PIP = [
@@ -536,3 +550,22 @@ async def test_pip_installs_from_an_allowed_index_and_is_refused_by_name_elsewhe
     assert {(e["host"], e["port"], e["decision"], e["rule"]) for e in denied} == {
         ("pypi.test", 443, "deny", "allowlist")
     }
+
+
+async def test_a_live_allowlist_change_applies_to_the_next_connection_and_never_widens(
+    sandbox: Any,
+) -> None:
+    from orchestrator.errors import PolicyViolationError
+    from orchestrator.policy.egress import narrowed_allowlist
+
+    both = {"mode": "allowlist", "allow": ["allowed.test", "other.test"]}
+    box = await sandbox(both)
+    assert (await box.fetch("http://other.test/"))["status"] == 200
+    policy = Policy.model_validate({"name": "egress-test", "network": both})
+    await box.backend.set_egress_allow(box.id, narrowed_allowlist(policy.network, ["allowed.test"]))
+    assert (await box.fetch("http://allowed.test/"))["status"] == 200
+    assert await box.fetch("http://other.test/") == {"status": 403, "rule": "allowlist"}
+    with pytest.raises(PolicyViolationError):
+        narrowed_allowlist(policy.network, ["example.com"])
+    await box.backend.set_egress_allow(box.id, [])
+    assert (await box.fetch("http://allowed.test/"))["rule"] == "allowlist"

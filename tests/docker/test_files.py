@@ -274,6 +274,199 @@ async def test_a_download_uploads_back_to_the_same_tree(files: SessionFiles) -> 
     assert (await files.read("copy/src/pkg/m.py")).content == "print(1)\n"
 
 
+# Removing, moving, making directories, looking up
+
+
+async def test_a_removed_file_is_gone_and_says_what_it_was(files: SessionFiles) -> None:
+    await files.write("d/a.txt", content="x")
+    removed = await files.remove("d/a.txt")
+    assert (removed.path, removed.type) == ("/workspace/d/a.txt", "file")
+    assert not (await files.exists("d/a.txt")).exists
+    assert (await files.exists("d")).type == "dir"
+
+
+async def test_a_directory_with_entries_is_removed_only_when_recursive(
+    files: SessionFiles, sh: Shell
+) -> None:
+    await files.write("tree/sub/a.txt", content="x")
+    await sh(
+        "ln -s /etc /workspace/tree/sub/etc && touch /tmp/keep && ln -s /tmp/keep /workspace/tree/k"
+    )
+    with pytest.raises(InvalidArgumentError):
+        await files.remove("tree")
+    assert (await files.read("tree/sub/a.txt")).content == "x"
+
+    assert (await files.remove("tree", recursive=True)).type == "dir"
+    assert not (await files.exists("tree")).exists
+    # The links inside went as links: what they pointed at is still there.
+    assert await sh("test -e /etc/passwd && test -e /tmp/keep && echo kept") == "kept\n"
+
+
+async def test_an_empty_directory_is_removed_without_recursive(files: SessionFiles) -> None:
+    assert (await files.make_dir("empty")).created
+    assert (await files.remove("empty")).type == "dir"
+    assert not (await files.exists("empty")).exists
+
+
+async def test_removing_a_symlink_removes_the_link_not_its_target(
+    files: SessionFiles, sh: Shell
+) -> None:
+    await files.write("target.txt", content="kept")
+    await sh("ln -s target.txt /workspace/link && ln -s /etc/passwd /workspace/out")
+    assert (await files.remove("link")).type == "symlink"
+    assert (await files.remove("out")).type == "symlink"
+    assert (await files.read("target.txt")).content == "kept"
+    assert [e.name for e in (await files.list(".")).entries] == ["target.txt"]
+
+
+async def test_removing_what_is_not_there_is_refused_as_reading_it_is(
+    files: SessionFiles,
+) -> None:
+    with pytest.raises(InvalidArgumentError) as reading:
+        await files.read("missing.txt")
+    with pytest.raises(InvalidArgumentError) as removing:
+        await files.remove("missing.txt")
+    assert removing.value.code == reading.value.code == "invalid_argument"
+    assert "no such file" in str(removing.value) and "no such file" in str(reading.value)
+
+
+async def test_the_workspace_itself_is_never_removed_nor_moved(
+    files: SessionFiles, snapshot: Snapshot
+) -> None:
+    await files.write("a.txt", content="x")
+    before = await snapshot()
+    for operation in (
+        files.remove(".", recursive=True),
+        files.remove("/workspace/sub/..", recursive=True),
+        files.rename(".", "elsewhere"),
+        files.rename("a.txt", ".", overwrite=True),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            await operation
+    assert await snapshot() == before
+
+
+async def test_a_renamed_file_keeps_its_content_under_its_new_name(files: SessionFiles) -> None:
+    await files.write("old.txt", content="moved")
+    await files.make_dir("dir")
+    moved = await files.rename("old.txt", "dir/new.txt")
+    assert (moved.path, moved.new_path, moved.replaced) == (
+        "/workspace/old.txt",
+        "/workspace/dir/new.txt",
+        False,
+    )
+    assert (await files.read("dir/new.txt")).content == "moved"
+    assert not (await files.exists("old.txt")).exists
+
+
+async def test_a_rename_onto_an_entry_is_refused_unless_overwrite(
+    files: SessionFiles, snapshot: Snapshot
+) -> None:
+    await files.write("a.txt", content="a")
+    await files.write("b.txt", content="b")
+    before = await snapshot()
+    with pytest.raises(InvalidArgumentError):
+        await files.rename("a.txt", "b.txt")
+    assert await snapshot() == before
+
+    assert (await files.rename("a.txt", "b.txt", overwrite=True)).replaced
+    assert (await files.read("b.txt")).content == "a"
+    assert not (await files.exists("a.txt")).exists
+
+
+async def test_a_rename_over_a_symlink_replaces_the_link_not_its_target(
+    files: SessionFiles, sh: Shell
+) -> None:
+    await sh("touch /tmp/outside && ln -s /tmp/outside /workspace/link")
+    await files.write("a.txt", content="a")
+    assert (await files.rename("a.txt", "link", overwrite=True)).replaced
+    assert (await files.stat("link")).type == "file"
+    assert await sh("stat -c %s /tmp/outside") == "0\n"
+
+
+async def test_a_directory_cannot_move_into_itself(files: SessionFiles, sh: Shell) -> None:
+    await files.write("d/a.txt", content="x")
+    with pytest.raises(InvalidArgumentError):
+        await files.rename("d", "d/inner")
+    # Through a link the host cannot see through: the kernel refuses, and so do we.
+    await sh("ln -s d /workspace/alias")
+    with pytest.raises(InvalidArgumentError):
+        await files.rename("d", "alias/inner")
+    assert (await files.read("d/a.txt")).content == "x"
+
+
+async def test_a_rename_needs_its_source_and_the_new_directory(files: SessionFiles) -> None:
+    await files.write("a.txt", content="a")
+    with pytest.raises(InvalidArgumentError):
+        await files.rename("missing.txt", "b.txt")
+    with pytest.raises(InvalidArgumentError):
+        await files.rename("a.txt", "no/such/dir/b.txt")
+    assert (await files.read("a.txt")).content == "a"
+
+
+async def test_make_dir_makes_parents_and_says_whether_it_created(files: SessionFiles) -> None:
+    made = await files.make_dir("x/y/z")
+    assert (made.path, made.created) == ("/workspace/x/y/z", True)
+    assert not (await files.make_dir("x/y/z")).created
+    assert not (await files.make_dir(".")).created
+    assert (await files.stat("x/y")).type == "dir"
+
+
+async def test_make_dir_without_parents_or_over_a_file_is_refused(
+    files: SessionFiles, snapshot: Snapshot
+) -> None:
+    await files.write("f", content="x")
+    before = await snapshot()
+    for operation in (files.make_dir("p/q", parents=False), files.make_dir("f")):
+        with pytest.raises(InvalidArgumentError):
+            await operation
+    assert await snapshot() == before
+
+
+async def test_exists_tells_what_is_there_without_following_a_final_link(
+    files: SessionFiles, sh: Shell
+) -> None:
+    await files.write("d/a.txt", content="x")
+    await sh("ln -s /nowhere /workspace/dangling && ln -s /etc/passwd /workspace/out")
+    found = {
+        path: ((answer := await files.exists(path)).exists, answer.type)
+        for path in (".", "d", "d/a.txt", "dangling", "out", "missing", "d/a.txt/below", "no/x")
+    }
+    assert found == {
+        ".": (True, "dir"),
+        "d": (True, "dir"),
+        "d/a.txt": (True, "file"),
+        "dangling": (True, "symlink"),
+        "out": (True, "symlink"),
+        "missing": (False, None),
+        "d/a.txt/below": (False, None),
+        "no/x": (False, None),
+    }
+
+
+async def test_stat_describes_one_entry_as_list_does(files: SessionFiles, sh: Shell) -> None:
+    await files.write("d/a.txt", content="hello")
+    await sh("chmod 640 /workspace/d/a.txt")
+    entry = await files.stat("d/a.txt")
+    listed = (await files.list("d")).entries[0]
+    assert entry.model_dump(exclude={"path"}) == listed.model_dump()
+    assert (entry.path, entry.size, entry.mode) == ("/workspace/d/a.txt", 5, "0640")
+    with pytest.raises(InvalidArgumentError):
+        await files.stat("d/missing")
+
+
+async def test_the_small_new_operations_go_to_the_served_helper(files: SessionFiles) -> None:
+    await files.make_dir("s")
+    assert files._served.running
+    await files.aclose()
+    assert not files._served.running
+    files = SessionFiles(files._backend, files._container_id, load_policy("default"))
+    for operation in (files.exists("s"), files.rename("s", "t"), files.remove("t")):
+        await operation
+        assert files._served.running
+    await files.aclose()
+
+
 # Refusals: each one changes nothing
 
 
@@ -283,6 +476,7 @@ async def test_a_download_uploads_back_to_the_same_tree(files: SessionFiles) -> 
 async def test_a_path_outside_the_workspace_is_refused_for_every_operation(
     path: str, files: SessionFiles, snapshot: Snapshot
 ) -> None:
+    await files.write("inside", content="x")
     before = await snapshot()
     operations = [
         files.write(path, content="x"),
@@ -292,6 +486,11 @@ async def test_a_path_outside_the_workspace_is_refused_for_every_operation(
         files.check(path),
         files.download(path),
         files.upload(path, tar_bytes=tar_of(file_member("f", b"x"))),
+        files.exists(path),
+        files.remove(path, recursive=True),
+        files.rename(path, "inside"),
+        files.make_dir(path),
+        files.rename("inside", path, overwrite=True),
     ]
     for operation in operations:
         with pytest.raises(InvalidArgumentError):
@@ -303,7 +502,7 @@ async def test_a_path_outside_the_workspace_is_refused_for_every_operation(
 async def test_a_symlink_out_of_the_workspace_is_never_followed(
     target: str, files: SessionFiles, sh: Shell, snapshot: Snapshot
 ) -> None:
-    await sh(f"ln -s {target} /workspace/out && touch /tmp/existing")
+    await sh(f"ln -s {target} /workspace/out && touch /tmp/existing /workspace/mine")
     before = await snapshot()
     operations = [
         files.read("out/passwd"),
@@ -315,6 +514,13 @@ async def test_a_symlink_out_of_the_workspace_is_never_followed(
         files.download("out"),
         files.upload("out", tar_bytes=tar_of(file_member("f", b"x"))),
         files.upload(".", tar_bytes=tar_of(file_member("out/f", b"x"))),
+        files.exists("out/passwd"),
+        files.remove("out/existing"),
+        files.remove("out/new", recursive=True),
+        files.rename("out/existing", "moved"),
+        files.rename("mine", "out/moved"),
+        files.make_dir("out/new"),
+        files.make_dir("out/new/deeper", parents=True),
     ]
     for operation in operations:
         with pytest.raises(InvalidArgumentError) as caught:

@@ -189,3 +189,45 @@ def test_a_network_section_the_proxy_could_not_honour_is_refused(
 ) -> None:
     with pytest.raises(pydantic.ValidationError):
         NetworkConfig.model_validate(network)
+
+
+@pytest.mark.parametrize(
+    ("new", "within"),
+    [
+        (["pypi.org"], True),
+        (["pypi.org:443"], True),
+        (["pypi.org:8080"], False),
+        (["files.pythonhosted.org"], True),
+        (["*.cdn.pythonhosted.org"], True),
+        (["*.pythonhosted.org"], True),
+        (["pythonhosted.org"], False),
+        (["github.com:22"], True),
+        (["github.com"], False),
+        (["example.com"], False),
+        (["pypi.org", "example.com"], False),
+    ],
+)
+def test_a_live_allowlist_is_refused_when_any_rule_is_wider_than_the_policy(
+    new: list[str], within: bool
+) -> None:
+    from orchestrator.errors import PolicyViolationError
+    from orchestrator.policy.egress import narrowed_allowlist
+
+    policy = NetworkConfig(mode="allowlist", allow=ALLOW)
+    if within:
+        assert narrowed_allowlist(policy, new) == new
+    else:
+        with pytest.raises(PolicyViolationError) as caught:
+            narrowed_allowlist(policy, new)
+        assert caught.value.rule == "network.allow"
+
+
+def test_a_live_allowlist_is_anything_under_open_nothing_under_none_and_checked_rules() -> None:
+    from orchestrator.errors import InvalidArgumentError, PolicyViolationError
+    from orchestrator.policy.egress import narrowed_allowlist
+
+    assert narrowed_allowlist(NetworkConfig(mode="open"), ["a.test", "a.test"]) == ["a.test"]
+    with pytest.raises(PolicyViolationError):
+        narrowed_allowlist(NetworkConfig(), ["a.test"])
+    with pytest.raises(InvalidArgumentError):
+        narrowed_allowlist(NetworkConfig(mode="open"), ["10.0.0.1"])

@@ -31,6 +31,7 @@ LABEL_EGRESS_SESSION = "sandhold.egress-session"
 LABEL_EGRESS_ORCHESTRATOR = "sandhold.egress-orchestrator"
 PROXY_PORT = 3128
 PROXY_LOG = "/tmp/egress-log.jsonl"  # noqa: S108 (a path inside the proxy container)
+PROXY_ALLOW = "/tmp/egress-allow.json"  # noqa: S108 (a live allowlist, written whole)
 PROXY_COMMAND = ["python3", "-I", "/opt/sandhold/worker/egress_proxy.py"]
 MIB = 1024 * 1024
 # The proxy is a small asyncio server: this holds it with room for a few hundred connections.
@@ -97,6 +98,7 @@ def proxy_config(spec: ContainerSpec, token: str, settings: EgressSettings) -> d
         "idle_timeout": net.idle_timeout_s,
         "max_connection": net.max_connection_s,
         "log_path": PROXY_LOG,
+        "allow_path": PROXY_ALLOW,
     }
 
 
@@ -203,6 +205,7 @@ async def reap_egress(client: DockerClient, orchestrator_id: str, keep: set[str]
 __all__ = [
     "LABEL_EGRESS_ORCHESTRATOR",
     "LABEL_EGRESS_SESSION",
+    "PROXY_ALLOW",
     "Egress",
     "EgressSettings",
     "network_name",

@@ -8,6 +8,7 @@ every path that fails after it was created, so a failed create never leaks one.
 from __future__ import annotations
 
 import io
+import json
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ from orchestrator.backend.docker._attach import AttachedExec
 from orchestrator.backend.docker._client import DockerClient, NotFoundError
 from orchestrator.backend.docker._egress import (
     LABEL_EGRESS_SESSION,
+    PROXY_ALLOW,
     PROXY_LOG,
     EgressSettings,
     open_egress,
@@ -134,20 +136,47 @@ class DockerBackend:
     async def network_log(self, container_id: str) -> list[dict[str, Any]]:
         """The session's egress attempts, oldest first, as the proxy recorded them (untrusted:
         each line is checked by ``session.network_log``); empty for a session without egress."""
-        session = await self._egress_of(container_id)
-        if session is None:
-            return []
-        label = f"{LABEL_EGRESS_SESSION}={session}"
-        proxies = await self.list_containers_by([label])
-        if not proxies:
+        proxy = await self._proxy_of(container_id)
+        if proxy is None:
             return []
         result = await self.run(
-            proxies[0],
+            proxy,
             ExecSpec(argv=["cat", PROXY_LOG], workdir="/"),
             timeout=NETWORK_LOG_TIMEOUT,
             max_output_bytes=NETWORK_LOG_MAX_BYTES,
         )
         return parse_log(result.stdout)
+
+    async def set_egress_allow(self, container_id: str, allow: list[str]) -> None:
+        """Replace the allowlist the session's proxy applies to new connections (checked
+        against the policy by the caller). The file is written beside and renamed, so the
+        proxy never reads half of it."""
+        proxy = await self._proxy_of(container_id)
+        if proxy is None:
+            raise BackendError("the session has no egress proxy")
+        write = (
+            "import os, sys\n"
+            f"path = {PROXY_ALLOW!r}\n"
+            "open(path + '.new', 'w').write(sys.argv[1])\n"
+            "os.replace(path + '.new', path)\n"
+        )
+        result = await self.run(
+            proxy,
+            ExecSpec(
+                argv=["python3", "-I", "-c", write, json.dumps({"allow": allow})], workdir="/"
+            ),
+            timeout=NETWORK_LOG_TIMEOUT,
+            max_output_bytes=4096,
+        )
+        if result.exit_code != 0:
+            raise BackendError("the egress proxy did not take the new allowlist")
+
+    async def _proxy_of(self, container_id: str) -> str | None:
+        session = await self._egress_of(container_id)
+        if session is None:
+            return None
+        proxies = await self.list_containers_by([f"{LABEL_EGRESS_SESSION}={session}"])
+        return proxies[0] if proxies else None
 
     async def list_containers_by(self, labels: list[str]) -> list[str]:
         filters = {"label": labels}

@@ -1,7 +1,8 @@
 """The ``files`` tool on the host side: arguments checked, then a request to the in-container
 helper (``worker/fileops.py``), its replies read as ``wire`` says.
 
-Reads, writes, listings and lookups go to the session's served helper (``served_helper``), one
+Reads, writes, listings, lookups, removes, moves and new directories go to the session's served
+helper (``served_helper``), one
 long-lived exec started at the first of them: a round trip on its stream, not a ``docker exec``
 each (~100 ms). Archives, and a request that finds the served helper busy with another, take a
 one-shot run of their own (``helper_exchange``), as every operation once did: an archive moves
@@ -48,9 +49,13 @@ from orchestrator.session.files.wire import (
     ContentReply,
     EntryReply,
     EntryType,
+    ExistsReply,
     ExtractReply,
     ListReply,
     M,
+    MakeDirReply,
+    RemoveReply,
+    RenameReply,
     WriteReply,
     b64_len,
     helper_b64,
@@ -63,9 +68,13 @@ __all__ = [
     "CheckResult",
     "DownloadResult",
     "EntryType",
+    "ExistsResult",
     "FileEntry",
     "ListResult",
+    "MakeDirResult",
     "ReadResult",
+    "RemoveResult",
+    "RenameResult",
     "SessionFiles",
     "StatResult",
     "UploadResult",
@@ -81,8 +90,13 @@ REPLY_SLACK_BYTES = 8 * 1024 * 1024
 # Room in a served request beyond the base64 of max_file_bytes: the envelope and a path of
 # MAX_PATH_CHARS, each character escaped to at most 12 bytes.
 REQUEST_SLACK_BYTES = 64 * 1024
-# Operations the served helper takes: each is idempotent (a write replaces the whole file).
-SERVED_OPS = frozenset({"check", "list", "read", "stat", "write"})
+# Operations the served helper takes, the small ones. A request is sent twice only when a helper
+# that was waiting ended before it answered: one gone idle exits before it reads a request, so
+# only a helper killed mid-request by code in the sandbox can have done one (the second answer
+# of a remove or a rename is then "no such file"; the others are idempotent).
+SERVED_OPS = frozenset(
+    {"check", "exists", "list", "make_dir", "read", "remove", "rename", "stat", "write"}
+)
 # A served helper with no request for this long exits (~6 MiB of the session's memory back);
 # an agent's file operations come seconds apart, and after a pause the next pays one exec.
 SERVED_IDLE_TIMEOUT = 60.0
@@ -125,6 +139,28 @@ class ListResult(_Result):
 
 class StatResult(FileEntry):
     path: str
+
+
+class ExistsResult(_Result):
+    path: str
+    exists: bool
+    type: EntryType | None
+
+
+class RemoveResult(_Result):
+    path: str
+    type: EntryType
+
+
+class RenameResult(_Result):
+    path: str
+    new_path: str
+    replaced: bool
+
+
+class MakeDirResult(_Result):
+    path: str
+    created: bool
 
 
 class CheckResult(_Result):
@@ -217,6 +253,52 @@ class SessionFiles:
         target = workspace_path(path)
         reply = await self._call("stat", {"path": target}, EntryReply)
         return StatResult(path=target, **reply.entry())
+
+    async def exists(self, path: Any) -> ExistsResult:
+        """Whether an entry is at ``path`` (a final symlink counts, not followed), and what it
+        is; a path outside /workspace, or through a link leading out, is refused, not False."""
+        target = workspace_path(path)
+        reply = await self._call("exists", {"path": target}, ExistsReply)
+        if reply.exists != (reply.type is not None):
+            raise BackendError("the file helper said an entry exists without a type, or both")
+        return ExistsResult(path=target, exists=reply.exists, type=reply.type)
+
+    async def remove(self, path: Any, *, recursive: Any = False) -> RemoveResult:
+        """Remove a file, a link (not its target) or an empty directory; a directory with
+        what is in it only with ``recursive``."""
+        target = workspace_path(path)
+        if target == WORKSPACE:
+            raise InvalidArgumentError(f"path names {WORKSPACE} itself, which is never removed")
+        request = {"path": target, "recursive": check_flag(recursive, "recursive")}
+        reply = await self._call("remove", request, RemoveReply)
+        return RemoveResult(path=target, type=reply.type)
+
+    async def rename(self, path: Any, new_path: Any, *, overwrite: Any = False) -> RenameResult:
+        """Move ``path`` to ``new_path``, replacing an entry there only with ``overwrite``."""
+        source = workspace_path(path)
+        dest = workspace_path(new_path, name="new_path")
+        if WORKSPACE in (source, dest):
+            raise InvalidArgumentError(f"{WORKSPACE} itself is never moved nor replaced")
+        if source == dest:
+            raise InvalidArgumentError("path and new_path name the same entry")
+        if dest.startswith(source + "/"):
+            raise InvalidArgumentError(
+                "new_path is inside path: a directory cannot move into itself"
+            )
+        flag = check_flag(overwrite, "overwrite")
+        request = {"path": source, "new_path": dest, "overwrite": flag}
+        reply = await self._call("rename", request, RenameReply)
+        if reply.replaced and not flag:
+            raise BackendError("the file helper replaced an entry without overwrite")
+        return RenameResult(path=source, new_path=dest, replaced=reply.replaced)
+
+    async def make_dir(self, path: Any, *, parents: Any = True) -> MakeDirResult:
+        """A directory at ``path`` (missing parents made too, unless ``parents`` is False);
+        ``created`` False when one was there already."""
+        target = workspace_path(path)
+        request = {"path": target, "parents": check_flag(parents, "parents")}
+        reply = await self._call("make_dir", request, MakeDirReply)
+        return MakeDirResult(path=target, created=reply.created)
 
     async def check(self, path: Any) -> CheckResult:
         """Where ``path`` really is, following symlinks, refused if that is outside /workspace;

@@ -28,10 +28,14 @@ __all__ = [
     "ContentReply",
     "EntryReply",
     "EntryType",
+    "ExistsReply",
     "ExtractReply",
     "FileReply",
     "ListReply",
     "M",
+    "MakeDirReply",
+    "RemoveReply",
+    "RenameReply",
     "WriteReply",
     "b64_len",
     "helper_b64",
@@ -83,6 +87,23 @@ class CheckReply(FileReply):
     real_path: str = Field(max_length=MAX_PATH_CHARS)
     exists: bool
     type: EntryType | None
+
+
+class ExistsReply(FileReply):
+    exists: bool
+    type: EntryType | None
+
+
+class RemoveReply(FileReply):
+    type: EntryType
+
+
+class RenameReply(FileReply):
+    replaced: bool
+
+
+class MakeDirReply(FileReply):
+    created: bool
 
 
 class ExtractReply(FileReply):
