@@ -41,6 +41,7 @@ from orchestrator._core.pool import WarmPool
 from orchestrator._core.quotas import Admission, check_policy_allowed, per_session_cap
 from orchestrator._core.readiness import OK, UNCHECKED, readiness
 from orchestrator._core.reconciler import Reconciler
+from orchestrator._core.session_control import check_metadata, session_metrics, set_lifetime
 from orchestrator._core.session_table import SessionTable
 from orchestrator._core.tenants import TenantConfig
 from orchestrator._core.usage import UsageSampler, session_row, session_state
@@ -293,14 +294,20 @@ class SessionManager:
     # -- sessions -------------------------------------------------------------------------
 
     async def create_session(
-        self, *, policy: str | None = None, tenant: str | None = None, env: Any = None
+        self,
+        *,
+        policy: str | None = None,
+        tenant: str | None = None,
+        env: Any = None,
+        metadata: Any = None,
     ) -> Session:
         """A new session for the caller; ``env`` (checked against its policy before anything
-        is made) is seen by every process in it."""
+        is made) is seen by every process in it; ``metadata`` is kept with it (``list``)."""
         tenant = tenant or self.config.tenant
         task = current_task()
         effective = self.policy(policy)
         session_env = check_env(env, effective)
+        labels = check_metadata(metadata)
         limits = self.tenant_config(tenant)
         check_policy_allowed(limits, effective)
         self._check_open(tenant, task)
@@ -319,6 +326,7 @@ class SessionManager:
         if self._table.grants.sealed(tenant, task):
             await self.end_session(session, "its owner was closed while it was created")
             raise SessionNotFoundError(f"task {task} was closed")
+        session.metadata = labels
         return session
 
     def _check_open(self, tenant: str, task: str | None) -> None:
@@ -529,6 +537,7 @@ class SessionManager:
                 "created_at": s.created_at.isoformat(),
                 "idle_seconds": round(s.idle_seconds, 3),
                 "commands_count": s.history.count,
+                "metadata": dict(s.metadata),
             }
             for s in self._table.visible(tenant or self.config.tenant)
         ]
@@ -643,6 +652,19 @@ class SessionManager:
             for e in entries
             if e["decision"] == "deny" and e["time"] >= since
         ]
+
+    async def set_timeout(
+        self, session_id: Any, timeout_s: Any, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """End the caller's session ``timeout_s`` from now, within its policy's maximum
+        lifetime (``session_control``); a paused session stays paused."""
+        return set_lifetime(self.find_session(session_id, tenant=tenant), timeout_s)
+
+    async def session_metrics(
+        self, session_id: Any, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """The caller's session's CPU and memory now, asked of the engine (a paused one too)."""
+        return await session_metrics(self.backend, self.find_session(session_id, tenant=tenant))
 
     # -- pause and resume -----------------------------------------------------------------
 

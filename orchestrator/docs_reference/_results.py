@@ -18,9 +18,14 @@ from pydantic import BaseModel
 from orchestrator._core.repl_operations import ExecuteResult
 from orchestrator.session.files.operations import (
     DownloadResult,
+    ExistsResult,
     FileEntry,
     ListResult,
+    MakeDirResult,
     ReadResult,
+    RemoveResult,
+    RenameResult,
+    StatResult,
     UploadResult,
     WriteResult,
 )
@@ -182,6 +187,25 @@ MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
         "mtime": "Last modification, in seconds since the epoch.",
         "link_target": "For a symlink, where it points.",
     },
+    StatResult: {"path": "The entry's path in the container."},
+    ExistsResult: {
+        "path": "The path asked about, in the container.",
+        "exists": "Whether an entry is there (a symlink counts, wherever it points).",
+        "type": "What it is (`file`, `dir`, `symlink`, `other`); null when nothing is there.",
+    },
+    RemoveResult: {
+        "path": "The path removed.",
+        "type": "What it was (`file`, `dir`, `symlink`, `other`).",
+    },
+    RenameResult: {
+        "path": "Where the entry was.",
+        "new_path": "Where it is now.",
+        "replaced": "Whether an entry at `new_path` was replaced (only with `overwrite`).",
+    },
+    MakeDirResult: {
+        "path": "The directory's path in the container.",
+        "created": "Whether this call made it (false: it was there already).",
+    },
     UploadResult: {
         "path": "The directory the archive was extracted into.",
         "entries": "Members extracted.",
@@ -198,6 +222,10 @@ MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
 PAUSE = {
     "paused": ("boolean", "Whether the session is now paused."),
     "changed": ("boolean", "Whether this call changed it (false: it already was)."),
+}
+
+METADATA = {
+    "metadata": ("object", "The labels given at `session create` (string to string)."),
 }
 
 NETWORK_DENIED = {
@@ -228,6 +256,7 @@ RESULTS: Mapping[str, ResultShape] = {
                     "created_at": ("string", "When it was created (ISO 8601)."),
                     "idle_seconds": ("number", "Seconds since its last call."),
                     "commands_count": ("integer", "Cells in its history."),
+                    **METADATA,
                 }
             )
         },
@@ -284,6 +313,11 @@ RESULTS: Mapping[str, ResultShape] = {
     "files.write": ResultShape(SESSION, WriteResult),
     "files.read": ResultShape(SESSION, ReadResult),
     "files.list": ResultShape(SESSION, ListResult, {"entries": ResultShape(model=FileEntry)}),
+    "files.stat": ResultShape(SESSION, StatResult),
+    "files.exists": ResultShape(SESSION, ExistsResult),
+    "files.remove": ResultShape(SESSION, RemoveResult),
+    "files.rename": ResultShape(SESSION, RenameResult),
+    "files.make_dir": ResultShape(SESSION, MakeDirResult),
     "files.upload": ResultShape(SESSION, UploadResult),
     "files.download": ResultShape(SESSION, DownloadResult),
     "session.create": ResultShape(
@@ -291,6 +325,7 @@ RESULTS: Mapping[str, ResultShape] = {
             "session_id": ("string", "The new session."),
             **CREATED,
             "policy": ("string", "The policy the session runs under."),
+            **METADATA,
         }
     ),
     "session.network_log": ResultShape(
@@ -307,6 +342,33 @@ RESULTS: Mapping[str, ResultShape] = {
                 "policy's network mode is `none`.",
             ),
             "denied": ("integer", "How many of the entries were refused."),
+        }
+    ),
+    "session.set_timeout": ResultShape(
+        {
+            **SESSION,
+            "timeout_s": ("number", "Seconds from this call until the session ends."),
+            "ends_at": ("string", "When it ends (ISO 8601); the reaper's next round ends it."),
+            "max_timeout_s": (
+                "number",
+                "The most `timeout_s` could have been at this call: what the policy's "
+                "`timeouts.max_lifetime_s` leaves of the session's lifetime.",
+            ),
+        }
+    ),
+    "session.metrics": ResultShape(
+        {
+            **SESSION,
+            "cpu_seconds": ("number", "CPU time the container used since it started."),
+            "cpu_percent": (
+                "number or null",
+                "CPU use since this session's previous `metrics`, in percent of one CPU (200: "
+                "two busy); null on the first.",
+            ),
+            "memory_bytes": ("integer", "Memory the container uses now, as the engine counts."),
+            "memory_limit_bytes": ("integer", "The container's memory limit."),
+            "pids": ("integer", "Processes and threads in the container."),
+            "sampled_at": ("string", "When the engine was asked (ISO 8601)."),
         }
     ),
     "session.set_allowlist": ResultShape(

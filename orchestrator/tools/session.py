@@ -6,6 +6,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from orchestrator._core.session_control import (
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_VALUE_BYTES,
+)
 from orchestrator.policy.arguments import check_policy_name
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 from orchestrator.tools._env import SESSION_ENV
@@ -25,12 +30,45 @@ class CreateArgs(ToolArgs):
         None, description="Policy of the new session (default: the orchestrator's)."
     )
     env: dict[str, str] | None = Field(None, description=SESSION_ENV)
+    metadata: dict[str, str] | None = Field(
+        None,
+        description=(
+            f"Labels kept with the session and listed with it (list_sessions): at most "
+            f"{MAX_METADATA_KEYS} keys of up to {MAX_METADATA_KEY_CHARS} characters, each "
+            f"value up to {MAX_METADATA_VALUE_BYTES} bytes. Not for secrets: they are shown."
+        ),
+    )
+
+
+class TimeoutArgs(ToolArgs):
+    session_id: str = Field(description="The session.")
+    timeout_s: float = Field(
+        description="Seconds from now until the session ends; at most what its policy's "
+        "timeouts.max_lifetime_s leaves of its lifetime (error_type policy beyond)."
+    )
 
 
 async def _create(orch: SessionManager, tenant: str | None, args: CreateArgs) -> Fields:
     policy = check_policy_name(args.policy)
-    session = await orch.create_session(policy=policy, tenant=tenant, env=args.env)
-    return {"session_id": session.id, "created_new_session": True, "policy": session.policy.name}
+    session = await orch.create_session(
+        policy=policy, tenant=tenant, env=args.env, metadata=args.metadata
+    )
+    return {
+        "session_id": session.id,
+        "created_new_session": True,
+        "policy": session.policy.name,
+        "metadata": dict(session.metadata),
+    }
+
+
+async def _set_timeout(orch: SessionManager, tenant: str | None, args: TimeoutArgs) -> Fields:
+    ends = await orch.set_timeout(args.session_id, args.timeout_s, tenant=tenant)
+    return {"session_id": args.session_id, **ends}
+
+
+async def _metrics(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+    figures = await orch.session_metrics(args.session_id, tenant=tenant)
+    return {"session_id": args.session_id, **figures}
 
 
 async def _pause(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
@@ -88,10 +126,13 @@ SESSION_TOOL = Tool(
     name="session",
     title="Session control",
     description=(
-        "Whole-session and owner operations: create makes a session (with a policy and an env "
-        "every process in it sees) without running anything; pause freezes every process of a "
-        "session (its state and files kept); resume thaws it (any other call on a paused "
-        "session does too). "
+        "Whole-session and owner operations: create makes a session (with a policy, an env "
+        "every process in it sees and metadata kept with it) without running anything; pause "
+        "freezes every process of a session (its state and files kept); resume thaws it (any "
+        "other call on a paused session does too). "
+        "set_timeout ends the session timeout_s from now (sooner or later than planned, never "
+        "past its policy's maximum lifetime); metrics answers its container's CPU and memory "
+        "now. "
         "network_log lists the session's egress attempts (time, method, host, port, decision, "
         "rule, bytes each way), the newest 512 at most; set_allowlist replaces the rules its "
         "proxy applies to new connections, never wider than its policy's. "
@@ -104,6 +145,10 @@ SESSION_TOOL = Tool(
             Operation("create", "make a new session, ready for work", CreateArgs, _create),
             Operation("pause", "freeze the session until its next call", SessionArgs, _pause),
             Operation("resume", "thaw a paused session", SessionArgs, _resume),
+            Operation(
+                "set_timeout", "end the session timeout_s from now", TimeoutArgs, _set_timeout
+            ),
+            Operation("metrics", "the session's CPU and memory now", SessionArgs, _metrics),
             Operation("network_log", "the session's egress attempts", SessionArgs, _network_log),
             Operation(
                 "set_allowlist",
@@ -117,5 +162,5 @@ SESSION_TOOL = Tool(
             ),
         )
     },
-    read_only_operations=frozenset({"network_log"}),
+    read_only_operations=frozenset({"network_log", "metrics"}),
 )

@@ -103,12 +103,21 @@ async def test_every_operation_answers_the_fields_the_reference_lists(orch: Orch
         tar = (await call("files", operation="download", session_id=sid, path="d"))["tar_b64"]
         assert base64.b64decode(tar)
         await call("files", operation="upload", session_id=sid, path="copy", tar_b64=tar)
+        await call("files", operation="stat", session_id=sid, path="copy/d/a.txt")
+        await call("files", operation="exists", session_id=sid, path="copy/d")
+        await call("files", operation="make_dir", session_id=sid, path="made/deeper")
+        moved = {"path": "copy/d/a.txt", "new_path": "made/a.txt"}
+        await call("files", operation="rename", session_id=sid, **moved)
+        await call("files", operation="remove", session_id=sid, path="made", recursive=True)
+
+        await call("session", operation="set_timeout", session_id=sid, timeout_s=600)
+        await call("session", operation="metrics", session_id=sid)
 
         await call("session", operation="network_log", session_id=sid)
         await call("session", operation="pause", session_id=sid)
         await call("session", operation="resume", session_id=sid)
         await call("python_repl", operation="reset", session_id=sid)
         await call("python_repl", operation="destroy", session_id=sid)
-        await call("session", operation="create", env={"A": "1"})
+        await call("session", operation="create", env={"A": "1"}, metadata={"k": "v"})
         await call("session", operation="close_owner", task=TASK)
     assert call.seen | NEEDS_A_NETWORK == set(RESULTS), sorted(set(RESULTS) - call.seen)
