@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "Variable": "orchestrator.sandbox",
     "SandboxInfo": "orchestrator.sandbox",
+    "SandboxMetrics": "orchestrator.sandbox",
     "Sandbox": "orchestrator.sandbox",
     "Result": "orchestrator.sandbox",
     "HistoryItem": "orchestrator.sandbox",
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
         Result,
         Sandbox,
         SandboxInfo,
+        SandboxMetrics,
         Variable,
     )
     from orchestrator.sync import SyncOrchestrator
@@ -150,6 +152,7 @@ __all__ = [
     "Result",
     "Sandbox",
     "SandboxInfo",
+    "SandboxMetrics",
     "SessionNotFoundError",
     "SettingsFileError",
     "SyncOrchestrator",

@@ -18,6 +18,7 @@ from orchestrator.sandbox._results import (
     HistoryItem,
     Result,
     SandboxInfo,
+    SandboxMetrics,
     Variable,
 )
 from orchestrator.sandbox._sandbox import AsyncSandbox
@@ -38,5 +39,6 @@ __all__ = [
     "Result",
     "Sandbox",
     "SandboxInfo",
+    "SandboxMetrics",
     "Variable",
 ]

@@ -1,11 +1,10 @@
-"""A sandbox's files under /workspace, over the ``files`` tool: read, write, list, and tar
-archives in and out. ``exists`` is a listing of the parent directory (the tool has no stat);
-the tool has no remove, rename or make-directory, so neither has this (a command does them)."""
+"""A sandbox's files under /workspace, over the ``files`` tool: read, write, list, look up,
+remove, move, make directories, and tar archives in and out. A path outside /workspace, or one
+through a symlink leading out of it, is refused (``invalid_argument``), never answered False."""
 
 from __future__ import annotations
 
 import base64
-import posixpath
 from typing import Literal
 
 from orchestrator.errors import InvalidArgumentError
@@ -62,14 +61,28 @@ class AsyncFiles(AsyncPart):
         ]
 
     async def exists(self, path: str) -> bool:
-        parent, name = posixpath.split(posixpath.normpath(path))
-        if not name or name in (".", ".."):
-            return True  # the workspace itself, or a directory above what normpath kept
-        try:
-            entries = await self.list(parent or ".")
-        except InvalidArgumentError:
-            return False  # no such directory (or not one), so nothing in it
-        return any(entry.name == name for entry in entries)
+        """Whether an entry is at ``path``; a symlink is one, wherever it points."""
+        return bool((await self._calls(FILES, "exists", path=path)).get("exists"))
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, a symlink (not what it points at) or an empty directory; a
+        directory with everything in it only with ``recursive``."""
+        await self._calls(FILES, "remove", path=path, recursive=recursive)
+
+    async def rename(self, path: str, new_path: str, *, overwrite: bool = False) -> str:
+        """Move ``path`` to ``new_path`` (its directory must exist); an entry already there is
+        replaced only with ``overwrite``. The new absolute path."""
+        moved = await self._calls(
+            FILES, "rename", path=path, new_path=new_path, overwrite=overwrite
+        )
+        return str(moved.get("new_path", new_path))
+
+    async def make_dir(self, path: str, *, parents: bool = True) -> bool:
+        """A directory at ``path`` (missing parents too, unless ``parents=False``); False
+        when it was there already."""
+        return bool(
+            (await self._calls(FILES, "make_dir", path=path, parents=parents)).get("created")
+        )
 
     async def upload(self, path: str, archive: bytes) -> int:
         """Extract a tar archive (optionally compressed) into the directory ``path``; the

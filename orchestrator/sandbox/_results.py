@@ -17,6 +17,7 @@ __all__ = [
     "HistoryItem",
     "Result",
     "SandboxInfo",
+    "SandboxMetrics",
     "Variable",
 ]
 
@@ -168,6 +169,8 @@ class SandboxInfo:
     created_at: str
     idle_seconds: float
     raw: dict[str, Any] = field(repr=False)
+    # The labels given at create (``metadata=``).
+    metadata: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> SandboxInfo:
@@ -177,6 +180,32 @@ class SandboxInfo:
             created_at=row.get("created_at", ""),
             idle_seconds=float(row.get("idle_seconds", 0.0)),
             raw=row,
+            metadata=dict(row.get("metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class SandboxMetrics:
+    """The session's container now (``metrics()``): CPU time since it started, CPU use since
+    the previous ``metrics()`` in percent of one CPU (None the first time), memory in bytes."""
+
+    cpu_seconds: float
+    cpu_percent: float | None
+    memory_bytes: int
+    memory_limit_bytes: int
+    pids: int
+    sampled_at: str
+
+    @classmethod
+    def of(cls, answer: dict[str, Any]) -> SandboxMetrics:
+        percent = answer.get("cpu_percent")
+        return cls(
+            cpu_seconds=float(answer.get("cpu_seconds", 0.0)),
+            cpu_percent=None if percent is None else float(percent),
+            memory_bytes=int(answer.get("memory_bytes", 0)),
+            memory_limit_bytes=int(answer.get("memory_limit_bytes", 0)),
+            pids=int(answer.get("pids", 0)),
+            sampled_at=str(answer.get("sampled_at", "")),
         )
 
 

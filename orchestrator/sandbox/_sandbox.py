@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Awaitable, Callable, Generator
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from orchestrator.sandbox._results import (
     Execution,
     HistoryItem,
     SandboxInfo,
+    SandboxMetrics,
     Variable,
 )
 from orchestrator.sandbox._transport import Listener, Transport
@@ -81,10 +83,13 @@ class AsyncSandbox:
         owns_transport: bool = False,
         keep: bool = False,
         timeout: float | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         self.sandbox_id = sandbox_id
         self.keep = keep
         self.timeout = timeout
+        # The labels the session was created with, as sandhold keeps them.
+        self.metadata: dict[str, str] = dict(metadata or {})
         self._transport = transport
         self._owns_transport = owns_transport
         self._calls = SessionCalls(transport, sandbox_id)
@@ -101,6 +106,7 @@ class AsyncSandbox:
         *,
         policy: str | None = None,
         env: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
         timeout: float | None = None,
         keep: bool = False,
         orchestrator: Orchestrator | None = None,
@@ -109,23 +115,26 @@ class AsyncSandbox:
         api_key: str | None = None,
         task: str | None = None,
     ) -> _Opening:
-        """A new session of ``policy`` whose every process sees ``env``. ``timeout`` is the
-        default of ``run_code`` and ``commands.run`` (seconds; the policy's otherwise)."""
+        """A new session of ``policy`` whose every process sees ``env``, labelled with
+        ``metadata`` (``.metadata``, and in ``list``). ``timeout`` is the default of
+        ``run_code`` and ``commands.run`` (seconds; the policy's otherwise)."""
 
         async def made() -> AsyncSandbox:
             transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
             try:
                 answer = check(
                     await transport.call(
-                        "session", _present(operation="create", policy=policy, env=env)
+                        "session",
+                        _present(operation="create", policy=policy, env=env, metadata=metadata),
                     )
                 )
             except BaseException:
                 await _release(transport, owned)
                 raise
             return cls(
-                transport, answer["session_id"], owns_transport=owned, keep=keep, timeout=timeout
-            )
+                transport, answer["session_id"], owns_transport=owned, keep=keep,
+                timeout=timeout, metadata=answer.get("metadata"),
+            )  # fmt: skip
 
         return _Opening(made)
 
@@ -149,12 +158,16 @@ class AsyncSandbox:
             transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
             try:
                 listed = await _list(transport)
-                if all(info.sandbox_id != sandbox_id for info in listed):
+                info = next((i for i in listed if i.sandbox_id == sandbox_id), None)
+                if info is None:
                     raise SessionNotFoundError(f"no session {sandbox_id!r}")
             except BaseException:
                 await _release(transport, owned)
                 raise
-            return cls(transport, sandbox_id, owns_transport=owned, keep=keep, timeout=timeout)
+            return cls(
+                transport, sandbox_id, owns_transport=owned, keep=keep, timeout=timeout,
+                metadata=info.metadata,
+            )  # fmt: skip
 
         return _Opening(found)
 
@@ -264,6 +277,17 @@ class AsyncSandbox:
     async def resume(self) -> bool:
         """Thaw it (any other call does too); whether it changed."""
         return bool((await self._calls("session", "resume")).get("changed"))
+
+    async def set_timeout(self, timeout: float) -> datetime:
+        """End the session ``timeout`` seconds from now, sooner or later than it would have;
+        never past its policy's ``timeouts.max_lifetime_s`` from its start (``policy`` error
+        beyond). When it ends."""
+        answer = await self._calls("session", "set_timeout", timeout_s=timeout)
+        return datetime.fromisoformat(answer["ends_at"])
+
+    async def metrics(self) -> SandboxMetrics:
+        """The container's CPU and memory now (one request to the engine, about a second)."""
+        return SandboxMetrics.of(await self._calls("session", "metrics"))
 
 
 class _Opening:

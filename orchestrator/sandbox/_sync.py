@@ -14,13 +14,20 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextlib import ExitStack
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from orchestrator.sandbox._calls import AsyncPart
-from orchestrator.sandbox._results import Execution, HistoryItem, SandboxInfo, Variable
+from orchestrator.sandbox._results import (
+    Execution,
+    HistoryItem,
+    SandboxInfo,
+    SandboxMetrics,
+    Variable,
+)
 from orchestrator.sandbox._sandbox import AsyncSandbox
 from orchestrator.sandbox._transport import Listener
 
@@ -88,8 +95,8 @@ class Sandbox:
 
     @classmethod
     def create(cls, *, orchestrator: SyncOrchestrator | None = None, **options: Any) -> Sandbox:
-        """A new session; the options are ``AsyncSandbox.create``'s (policy, env, timeout,
-        keep, tenant, url, api_key, task). Leaving ``with`` destroys it unless ``keep``."""
+        """A new session; the options are ``AsyncSandbox.create``'s (policy, env, metadata,
+        timeout, keep, tenant, url, api_key, task). Leaving ``with`` destroys it unless ``keep``."""
         return cls._opened(orchestrator, AsyncSandbox.create, **options)
 
     @classmethod
@@ -158,6 +165,18 @@ class Sandbox:
 
     def resume(self) -> bool:
         return bool(self._run(self._sandbox.resume))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self._sandbox.metadata
+
+    def set_timeout(self, timeout: float) -> datetime:
+        ends: datetime = self._run(self._sandbox.set_timeout, timeout)
+        return ends
+
+    def metrics(self) -> SandboxMetrics:
+        figures: SandboxMetrics = self._run(self._sandbox.metrics)
+        return figures
 
     def destroy(self) -> bool:
         return bool(self._run(self._sandbox.destroy))

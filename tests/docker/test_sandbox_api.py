@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -136,6 +137,65 @@ async def test_files_round_trip_text_and_bytes(sandhold: Sandhold) -> None:
                 "open('/workspace/blob.bin', 'rb').read() == bytes(range(256))"
             )
             assert seen.text == "True"
+
+
+async def test_files_are_removed_moved_and_made_through_the_files_tool(
+    sandhold: Sandhold,
+) -> None:
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        async with AsyncSandbox.create(policy=POLICY, **sandhold.options()) as sandbox:
+            files = sandbox.files
+            assert await files.make_dir("a/b") and not await files.make_dir("a/b")
+            await files.write("a/b/one.txt", "1")
+            await files.write("two.txt", "2")
+            assert await files.rename("a/b/one.txt", "one.txt") == "/workspace/one.txt"
+            with pytest.raises(InvalidArgumentError) as taken:
+                await files.rename("one.txt", "two.txt")
+            assert taken.value.error_type == "invalid_argument"
+            await files.rename("one.txt", "two.txt", overwrite=True)
+            assert await files.read("two.txt") == "1" and not await files.exists("one.txt")
+            await files.write("a/b/three.txt", "3")
+            with pytest.raises(InvalidArgumentError):
+                await files.remove("a")  # not empty
+            await files.remove("a", recursive=True)
+            await files.remove("two.txt")
+            assert [entry.name for entry in await files.list()] == []
+            with pytest.raises(InvalidArgumentError) as missing:
+                await files.remove("two.txt")
+            assert missing.value.error_type == "invalid_argument"
+            for outside in ("/etc/passwd", "../etc"):
+                with pytest.raises(InvalidArgumentError):
+                    await files.exists(outside)
+            # A final symlink is an entry, wherever it points; the listing of old did not say.
+            await sandbox.commands.run("ln -s /nowhere dangling")
+            assert await files.exists("dangling")
+            assert await files.exists(".")
+
+
+async def test_the_lifetime_metrics_and_metadata_of_a_sandbox(sandhold: Sandhold) -> None:
+    labels = {"purpose": "test", "run": "42"}
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        async with AsyncSandbox.create(
+            policy=POLICY, metadata=labels, **sandhold.options()
+        ) as sandbox:
+            assert sandbox.metadata == labels
+            listed = {i.sandbox_id: i for i in await AsyncSandbox.list(**sandhold.options())}
+            assert listed[sandbox.sandbox_id].metadata == labels
+            async with AsyncSandbox.connect(sandbox.sandbox_id, **sandhold.options()) as again:
+                assert again.metadata == labels
+
+            ends = await sandbox.set_timeout(120)
+            assert 100 < (ends - datetime.now(UTC)).total_seconds() <= 120
+            with pytest.raises(PolicyViolationError) as beyond:
+                await sandbox.set_timeout(30 * 86400)
+            assert beyond.value.error_type == "policy"
+
+            figures = await sandbox.metrics()
+            assert figures.cpu_percent is None and figures.pids >= 1
+            assert 0 < figures.memory_bytes < figures.memory_limit_bytes
+            assert (await sandbox.metrics()).cpu_seconds >= figures.cpu_seconds
+        with pytest.raises(InvalidArgumentError):
+            await AsyncSandbox.create(metadata={"k": "v" * 2000}, **sandhold.options())
 
 
 async def test_commands_answer_exit_codes_and_background_handles(sandhold: Sandhold) -> None:
