@@ -6,8 +6,9 @@ older than its policy's maximum lifetime (less a margin for the new owner) is ha
 one of a policy other than the pool's (``use_policy`` retires what was made under the old one,
 a session being built included); the pool refills in the background, one session at a time,
 backing off while the engine fails; a size of zero drains it. With an ``idle_timeout``, a pool
-nothing was taken from for that long drains to zero (a server nobody uses holds no containers)
-and fills again at the next take.
+nothing was taken from for that long (counted from the last take, or from when it was last
+filled, so that a slow fill is not taken for idleness) drains to zero (a server nobody uses
+holds no containers) and fills again at the next take.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class WarmPool:
         self.policy = policy
         self.size = size
         self.idle_timeout = idle_timeout
-        self._last_take = time.monotonic()
+        # The last take, resize or fill: idleness is counted from here.
+        self._active_at = time.monotonic()
         self._build = build
         self._discard = discard
         self._ready: deque[Session] = deque()
@@ -69,7 +71,7 @@ class WarmPool:
         return self.size
 
     def _idle_for(self) -> float:
-        return time.monotonic() - self._last_take
+        return time.monotonic() - self._active_at
 
     def container_ids(self) -> set[str]:
         """Containers this pool holds, ready or on their way out."""
@@ -77,7 +79,7 @@ class WarmPool:
 
     def take_nowait(self) -> Session | None:
         """A ready session, or None when the pool is empty (the caller then builds one cold)."""
-        self._last_take = time.monotonic()
+        self._active_at = time.monotonic()
         self._wake.set()
         while self._ready:
             session = self._ready.popleft()
@@ -95,7 +97,7 @@ class WarmPool:
 
     def resize(self, size: int) -> None:
         self.size = size
-        self._last_take = time.monotonic()  # asked for now: not idle
+        self._active_at = time.monotonic()  # asked for now: not idle
         self._wake.set()
 
     def _fresh(self, session: Session) -> bool:
@@ -118,6 +120,8 @@ class WarmPool:
                         session = await self._build(policy)
                         # Made under a policy replaced meanwhile: retired, never handed out.
                         (self._ready if policy is self.policy else self._stale).append(session)
+                        if len(self._ready) >= self.size:
+                            self._active_at = time.monotonic()  # full: idle from now
                         backoff = 1.0
                         continue
                     except OrchestratorError as exc:

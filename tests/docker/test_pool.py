@@ -105,7 +105,8 @@ async def test_serve_with_defaults_keeps_two_warm_sessions_and_pool_0_keeps_none
 async def test_an_idle_pool_drains_its_containers_and_the_next_create_refills_it(
     worker_image: ImageBuildResult,
 ) -> None:
-    settings = config(worker_image.tag, pool={"default": 2}, pool_idle_timeout=2.0)
+    # Idle counts from when the pool was last full: long enough to see it full, then drained.
+    settings = config(worker_image.tag, pool={"default": 2}, pool_idle_timeout=5.0)
     async with Orchestrator(settings) as orch:
         await until_ready(orch, "default", 2)
         with anyio.fail_after(60):

@@ -114,7 +114,7 @@ async def test_without_an_idle_timeout_the_pool_stays_full() -> None:
     async with anyio.create_task_group() as tg:
         await tg.start(pool.run)
         await until(lambda: pool.ready == 1)
-        pool._last_take -= 10_000  # as if untouched for hours
+        pool._active_at -= 10_000  # as if untouched for hours
         assert pool.target == 1
         tg.cancel_scope.cancel()
     assert len(built) == 1
