@@ -269,7 +269,7 @@ class Proxy:
             asyncio.LimitOverrunError,
             ValueError,
         ):
-            if attempt.decision == "allow":
+            if attempt.decision == "allow" and "(closed:" not in attempt.rule:
                 attempt.rule += " (ended: connection error or timeout)"
             else:
                 attempt.rule = attempt.rule or "bad_request"

@@ -569,3 +569,32 @@ async def test_a_live_allowlist_change_applies_to_the_next_connection_and_never_
         narrowed_allowlist(policy.network, ["example.com"])
     await box.backend.set_egress_allow(box.id, [])
     assert (await box.fetch("http://allowed.test/"))["rule"] == "allowlist"
+
+
+async def test_past_its_byte_limit_a_session_is_cut_off_and_then_refused(sandbox: Any) -> None:
+    box = await sandbox({"mode": "open", "max_mb": 1})
+    cut = await box.fetch(f"http://allowed.test/{2 << 20}")
+    assert cut["error"] == "IncompleteRead"  # the body stopped short: the proxy closed it
+    assert await box.fetch("http://allowed.test/") == {"status": 503, "rule": "limit.bytes"}
+    log = await box.backend.network_log(box.id)
+    assert log[0]["rule"] == "open (closed: limit.bytes)"
+    assert (1 << 20) <= log[0]["bytes_received"] < 2 << 20
+    assert (log[1]["decision"], log[1]["rule"]) == ("deny", "limit.bytes")
+
+
+async def test_past_its_connection_limit_a_new_connection_is_refused(sandbox: Any) -> None:
+    box = await sandbox({"mode": "open", "max_connections": 1})
+    code = FETCH.replace("try:\n    with", "held = hold()\ntry:\n    with", 1)
+    hold = r"""
+import base64, os, socket, urllib.parse
+def hold():
+    proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+    auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=15)
+    head = f"CONNECT allowed.test:443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+    s.sendall(head.encode())
+    assert s.recv(1024).startswith(b"HTTP/1.1 200")
+    return s
+"""
+    out = await box.python(hold + code, "http://allowed.test/")
+    assert json.loads(out.strip().splitlines()[-1]) == {"status": 503, "rule": "limit.connections"}
