@@ -421,8 +421,23 @@ async def test_the_proxy_and_network_go_with_their_session_and_a_stray_one_is_re
     finally:
         sdk.close()
     assert len(_egress_of(other.session_id)[0]) == 1
-    assert await fresh.reap_egress(TEST_ORCHESTRATOR_ID, set()) == [other.session_id]
+    # And a network whose proxy is gone as well (a run killed between the two removals).
+    lone = secrets.token_hex(16)
+    sdk = docker.from_env(timeout=30)
+    try:
+        sdk.networks.create(
+            f"sandhold-egress-{lone}", internal=True, labels={
+                "sandhold.egress-session": lone,
+                "sandhold.egress-orchestrator": TEST_ORCHESTRATOR_ID,
+                TEST_RUN_LABEL: RUN_ID,
+            },
+        )  # fmt: skip
+    finally:
+        sdk.close()
+    reaped = await fresh.reap_egress(TEST_ORCHESTRATOR_ID, set())
+    assert reaped == sorted([other.session_id, lone])
     assert _egress_of(other.session_id) == ([], [])
+    assert _egress_of(lone) == ([], [])
 
 
 LAB_POLICY = """

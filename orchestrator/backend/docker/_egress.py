@@ -16,6 +16,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -186,13 +187,20 @@ async def reap_egress(client: DockerClient, orchestrator_id: str, keep: set[str]
         }
         found: set[str] = set()
         now = time.time()
-        for proxy in sdk.api.containers(all=True, filters={"label": LABEL_EGRESS_SESSION}):
-            labels = proxy.get("Labels") or {}
+        proxies = sdk.api.containers(all=True, filters={"label": LABEL_EGRESS_SESSION})
+        # A network whose proxy is gone too (a run killed between the two removals) is found
+        # by its own labels; its age is the engine's RFC 3339 time, to the second.
+        networks = sdk.api.networks(filters={"label": LABEL_EGRESS_SESSION})
+        for item, created in [
+            *((p, float(p.get("Created", now))) for p in proxies),
+            *((n, _created(n.get("Created", ""), now)) for n in networks),
+        ]:
+            labels = item.get("Labels") or {}
             session = labels.get(LABEL_EGRESS_SESSION, "")
             if session in sessions or session in keep:
                 continue
             mine = labels.get(LABEL_EGRESS_ORCHESTRATOR) == orchestrator_id
-            if mine or now - float(proxy.get("Created", now)) > STRAY_GRACE_S:
+            if mine or now - created > STRAY_GRACE_S:
                 found.add(session)
         return found
 
@@ -200,6 +208,13 @@ async def reap_egress(client: DockerClient, orchestrator_id: str, keep: set[str]
     for session in sessions:
         await remove_egress(client, session)
     return sorted(sessions)
+
+
+def _created(text: str, default: float) -> float:
+    try:
+        return datetime.fromisoformat(text[:19]).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return default
 
 
 __all__ = [
