@@ -312,10 +312,21 @@ class Control:
         return self.created(sandbox)
 
     async def metrics(self, request: Request) -> Response:
+        """One entry, sampled now, from the session's ``metrics`` (its container's cgroup usage
+        as the engine reports it). E2B keeps a history; sandhold samples when asked, so the list
+        holds the present only. CPU is a rate between two samples: 0 on a sandbox's first."""
         found = await self._sandbox(request)
         if isinstance(found, Response):
             return found
-        return JSONResponse([])
+        tenant, sandbox = found
+        try:
+            figures = await call(
+                self.orchestrator, tenant, "session", "metrics", session_id=sandbox.session_id
+            )
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        sampled = datetime.datetime.fromisoformat(str(figures["sampled_at"]))
+        return JSONResponse([_metric(figures, sampled)])
 
     async def unsupported(self, request: Request) -> Response:
         if self.tenant(request) is None:
@@ -324,6 +335,21 @@ class Control:
         if any(part in path.split("/") for part in _NOT_SUPPORTED):
             return e2b_error(501, f"{request.method} {path}: not supported by sandhold")
         return e2b_error(404, f"{request.method} {path}: no such route")
+
+
+def _metric(figures: dict[str, Any], sampled: datetime.datetime) -> dict[str, Any]:
+    """A session's ``metrics`` as an E2B ``SandboxMetric``; disk is not measured (0)."""
+    return {
+        "timestamp": _iso(sampled),
+        "timestampUnix": int(sampled.timestamp()),
+        "cpuCount": _CPU,
+        "cpuUsedPct": float(figures.get("cpu_percent") or 0.0),
+        "memUsed": int(figures.get("memory_bytes") or 0),
+        "memTotal": int(figures.get("memory_limit_bytes") or 0),
+        "memCache": 0,
+        "diskUsed": 0,
+        "diskTotal": _DISK_MB * 1024 * 1024,
+    }
 
 
 def _check_timeout(timeout: Any) -> str | None:

@@ -253,3 +253,12 @@ def test_a_sandbox_made_to_pause_on_timeout_is_paused_then_resumed_by_connect(
 def test_auto_resume_is_refused_clearly(server: E2bServer) -> None:
     with pytest.raises(SandboxException, match="auto-resume is not supported"):
         Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
+
+
+def test_metrics_read_the_containers_usage_now(sandbox: Sandbox) -> None:
+    sandbox.commands.run("head -c 20000000 /dev/zero > /dev/null")
+    (first,) = sandbox.get_metrics()
+    assert first.mem_used > 0 and first.mem_total >= first.mem_used
+    assert first.cpu_count >= 1 and first.cpu_used_pct == 0.0  # no earlier sample to rate
+    (second,) = sandbox.get_metrics()
+    assert second.timestamp >= first.timestamp and second.cpu_used_pct >= 0.0
