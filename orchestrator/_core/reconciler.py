@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 # Re-adopting one session: a sweep exec, a relay exec and a ready frame (or a fresh worker).
 ADOPT_TIMEOUT = 30.0
+# Sessions re-adopted at once. Each starts a relay (an exec and a Python interpreter) in its
+# container: a hundred at once on a small host took 30 s, past the relays' first ready wait, so
+# most were interrupted and reached again; a few at a time keep it linear (~0.1 s a session).
+ADOPT_CONCURRENCY = 8
 
 
 class Reconciler:
@@ -91,9 +95,10 @@ class Reconciler:
         if adopt:
             if task_group is None:
                 raise RuntimeError("re-adopting needs the task group that serves terminals")
+            limiter = anyio.CapacityLimiter(ADOPT_CONCURRENCY)
             async with anyio.create_task_group() as tg:
                 for record, container in decided.adopt:
-                    tg.start_soon(self._adopt, record, container, task_group, report)
+                    tg.start_soon(self._adopt, record, container, task_group, report, limiter)
             legacy = await remove_legacy_containers(self._backend, orchestrator_id)
             self._metrics.reaped.labels("legacy_labels").inc(len(legacy))
             report.reaped += legacy
@@ -105,8 +110,10 @@ class Reconciler:
         container: ContainerSummary,
         task_group: anyio.abc.TaskGroup,
         report: ReconcileReport,
+        limiter: anyio.CapacityLimiter,
     ) -> None:
         registry = self._table.store
+        await limiter.acquire()  # the timeout is each session's own: it starts on its turn
         try:
             with anyio.fail_after(ADOPT_TIMEOUT):
                 session, items = await adopt_session(
@@ -125,6 +132,8 @@ class Reconciler:
             report.reaped.append(container.id)
             self._metrics.reaped.labels("readopt_failed").inc()
             return
+        finally:
+            limiter.release()
         self._adopted(session)
         self._table.adopt(session, items)
         report.adopted.append(record.id)
