@@ -18,14 +18,20 @@ all of them idle:
   the reconcile that lists the engine's containers of this orchestrator);
 - ``per_session_ms``: each figure over the sessions alive, to see which is flat and which grows.
 
-The restart-to-re-adopted time is ``bench/restart.py``'s (10 sessions); it is not repeated per
-step here. Every container carries ``sandhold.bench=density_curve`` and is removed at the end, on
+- ``restart_readopt``: after the figures, this orchestrator is closed leaving its sessions
+  (``on_shutdown="persist"``) and a new one is started on the same registry: the seconds until
+  its start has re-adopted them all (each worker reached again through a relay) and how many it
+  adopted. A ``kill -9`` leaves the same containers and registry rows; the kill itself is not
+  what is measured.
+
+Every container carries ``sandhold.bench=density_curve`` and is removed at the end, on
 every path (the orchestrator's close, then a sweep by label).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -33,6 +39,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -139,17 +146,31 @@ def sweep() -> None:
         client.close()
 
 
+async def started(config: OrchestratorConfig) -> tuple[Orchestrator, float]:
+    """An orchestrator started on ``config``'s registry, and how long its start took (engine
+    ping, registry, image check, and the reconcile that re-adopts every session it lists)."""
+    orch = Orchestrator(config)
+    began = time.perf_counter()
+    await orch.__aenter__()
+    return orch, time.perf_counter() - began
+
+
 async def main(steps: list[int], concurrency: int, rounds: int) -> None:
     process = psutil.Process()
     top = max(steps)
-    config = OrchestratorConfig(
-        orchestrator_id=f"bench-density-curve-{secrets.token_hex(4)}",
-        extra_labels=LABELS,
-        max_sessions=top,
-    )
     curve: list[dict[str, Any]] = []
-    try:
-        async with Orchestrator(config) as orch:
+    with tempfile.TemporaryDirectory(prefix="sandhold-density-curve-") as directory:
+        # Persisted on close, so that each step ends with a restart that re-adopts them all.
+        config = OrchestratorConfig(
+            orchestrator_id=f"bench-density-curve-{secrets.token_hex(4)}",
+            extra_labels=LABELS,
+            max_sessions=top,
+            registry_path=Path(directory) / "registry.db",
+            on_shutdown="persist",
+        )
+        orch: Orchestrator | None = None
+        try:
+            orch, _ = await started(config)
             per_owner = orch.policy(None).limits.max_sessions_per_owner
             owners = [f"bench-owner-{i}" for i in range(math.ceil(top / per_owner))]
             await anyio.sleep(SETTLE_SECONDS)
@@ -157,9 +178,9 @@ async def main(steps: list[int], concurrency: int, rounds: int) -> None:
             rss_before = process.memory_info().rss
             sessions: list[Session] = []
             for count in sorted(steps):
-                started = time.perf_counter()
+                began = time.perf_counter()
                 await add_sessions(orch, sessions, count, owners, concurrency)
-                added = time.perf_counter() - started
+                added = time.perf_counter() - began
                 await anyio.sleep(SETTLE_SECONDS)
                 lost = available_before - mem_available()
                 rss = process.memory_info().rss
@@ -175,14 +196,35 @@ async def main(steps: list[int], concurrency: int, rounds: int) -> None:
                     **await measure(orch, sessions, rounds),
                 }
                 step["orchestrator_cpu_s"] = round(sum(process.cpu_times()[:2]) - sum(cpu[:2]), 2)
+                await orch.__aexit__(None, None, None)
+                orch = None
+                orch, took = await started(config)
+                sessions = list(orch._sessions.values())
+                step["restart_readopt"] = {
+                    "seconds": round(took, 2),
+                    "adopted": len(orch.last_reconcile.adopted),
+                    "per_session_ms": round(took * 1000 / step["sessions"], 1),
+                }
+                answer = await orch.execute(
+                    "1+1", session_id=sessions[0].id, tenant=sessions[0].tenant
+                )
+                assert answer.result_repr == "2", answer
                 step["per_session_ms"] = {
                     name: round(step[name]["p50_ms"] / len(sessions), 3)
                     for name in ("list_sessions", "reaper_round", "ps")
                 }
                 curve.append(step)
                 print(json.dumps(step), file=sys.stderr, flush=True)
-    finally:
-        sweep()
+        finally:
+            try:
+                # Not in a shielded scope: the orchestrator's task group must exit innermost.
+                if orch is not None:
+                    await orch.__aexit__(None, None, None)
+                # The last start re-adopts what is left and its close removes it all.
+                async with Orchestrator(dataclasses.replace(config, on_shutdown="destroy")):
+                    pass
+            finally:
+                sweep()
     first, last = curve[0], curve[-1]
     growth = {
         name: round(last[name]["p50_ms"] / max(first[name]["p50_ms"], 1e-9), 2)
