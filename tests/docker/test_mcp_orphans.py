@@ -160,6 +160,7 @@ def env(worker_image: ImageBuildResult, tmp_path: Path, case: str) -> dict[str, 
         "HOME": str(tmp_path),
         "SANDHOLD_IMAGE": worker_image.tag,
         "SANDHOLD_EXTRA_LABELS": f"{TEST_RUN_LABEL}={RUN_ID},{CASE_LABEL}={case}",
+        "SANDHOLD_POOL": "0",  # the containers counted are the sessions the test made
     }
 
 
