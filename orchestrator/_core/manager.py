@@ -24,6 +24,7 @@ import anyio
 import anyio.abc
 
 from orchestrator._core.config import OrchestratorConfig as OrchestratorConfig  # re-exported
+from orchestrator._core.egress_round import EgressAccounting
 from orchestrator._core.lifecycle import (
     eviction_candidate,
     expiry_reason,
@@ -118,6 +119,7 @@ class SessionManager:
         # Made in start(): a cancel scope belongs to an event loop, and this may run outside one.
         self._reaper: anyio.CancelScope | None = None
         self.last_reconcile = ReconcileReport()
+        self.egress = EgressAccounting(self.backend, self.metrics, self.tenant_config)
         self._usage = UsageSampler(
             self.backend, lambda: {s.id: s.container_id for s in self._sessions.values()}
         )
@@ -739,6 +741,8 @@ class SessionManager:
             "session %s of %s ended: %s", session.id, session.tenant, reason,
             extra={"session": session.id},
         )  # fmt: skip
+        with anyio.CancelScope(shield=True):
+            await self.egress.final(session)
         await session.aclose(self.backend)
 
     async def drop_vanished_sessions(self) -> None:
@@ -762,6 +766,7 @@ class SessionManager:
             for session in list(self._sessions.values()):
                 with contextlib.suppress(BackendError):
                     await self._reap_one(session)
+            await self.egress.round(list(self._sessions.values()))
             try:
                 report = await self.reconcile()
             except BackendError as exc:

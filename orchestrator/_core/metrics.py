@@ -51,6 +51,16 @@ QUOTA_NAMES: Final = frozenset(
     }
 )  # fmt: skip
 
+# The rules an egress proxy refuses with (docs/egress.md); a proxy is untrusted, so any other
+# rule it reports counts as ``unknown``.
+EGRESS_RULES: Final = frozenset(
+    {
+        "allowlist", "private_address", "dns", "sni_mismatch", "sni_missing", "not_tls",
+        "tls_unparsed", "auth", "limit.connections", "limit.bytes", "bad_request",
+        "tenant.egress_mb",
+    }
+)  # fmt: skip
+
 # Why sessions end, by the start of the reason ``end_session`` is given; the first match wins.
 _ENDING_KINDS: Final = (
     ("destroyed", "destroyed"),
@@ -159,6 +169,19 @@ class Metrics:
             ["status"],
             registry=self.registry,
         )
+        self.egress_bytes = Counter(
+            "sandhold_egress_bytes",
+            "Bytes through the sessions' egress proxies, by tenant and direction (sent: from "
+            "the session), as read from the proxies at each reaper round and at a session's end.",
+            ["tenant", "direction"],
+            registry=self.registry,
+        )
+        self.egress_refused = Counter(
+            "sandhold_egress_refused",
+            "Egress attempts the sessions' proxies refused, by tenant and rule.",
+            ["tenant", "rule"],
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(self, sessions, pools))
         # Children by label values: ``labels()`` takes a lock and builds a tuple each time.
         self._call_children: dict[tuple[str, str, str], Callable[[], None]] = {}
@@ -186,6 +209,18 @@ class Metrics:
     def refused_for_quota(self, tenant: str, quota: object) -> None:
         name = quota if isinstance(quota, str) and quota in QUOTA_NAMES else UNKNOWN
         self.quota_refusals.labels(tenant, name).inc()
+
+    def record_egress(
+        self, tenant: str, sent: int, received: int, refused: Mapping[str, int]
+    ) -> None:
+        """What one read of a session's proxy added: bytes each way and refusals by rule."""
+        if sent:
+            self.egress_bytes.labels(tenant, "sent").inc(sent)
+        if received:
+            self.egress_bytes.labels(tenant, "received").inc(received)
+        for rule, count in refused.items():
+            name = rule if rule in EGRESS_RULES else UNKNOWN
+            self.egress_refused.labels(tenant, name).inc(count)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus's text format."""

@@ -18,6 +18,7 @@ A tenants file::
     cpus = 4.0                           # sum of the sessions' cpu limits
     terminals_per_session = 4            # lowers the policy's limit, never raises it
     processes_per_session = 8
+    egress_mb = 500                      # MiB through the sessions' egress proxies, per hour
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class TenantQuotas(BaseModel):
     cpus: float | None = Field(default=None, ge=0, le=100_000)
     terminals_per_session: int | None = Field(default=None, ge=0, le=10_000)
     processes_per_session: int | None = Field(default=None, ge=0, le=10_000)
+    # Bytes both ways through the tenant's egress proxies in each hour of this orchestrator's
+    # life (``_core.egress_meter``); over it, the proxies refuse and close with tenant.egress_mb.
+    egress_mb: int | None = Field(default=None, ge=0, le=1 << 30)
 
 
 class TenantConfig(BaseModel):

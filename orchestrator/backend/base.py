@@ -23,6 +23,7 @@ import anyio
 from orchestrator.errors import InvalidArgumentError
 
 if TYPE_CHECKING:  # a type only: `sandhold ps` and `kill` never build the policy model
+    from orchestrator.backend.network_log import EgressCounters
     from orchestrator.policy.model import Policy
 
 __all__ = [
@@ -173,6 +174,16 @@ class Backend(Protocol):
     async def set_egress_allow(self, container_id: str, allow: list[str]) -> None:
         """Replace the allowlist the session's egress proxy applies to new connections; the
         caller has checked it against the policy (``policy.egress``)."""
+        ...
+
+    async def egress_counters(self, container_id: str) -> EgressCounters | None:
+        """The totals of the session's egress proxy since it started (bytes each way, refusals
+        by rule); None for a session without a network or totals that cannot be read."""
+        ...
+
+    async def set_egress_refusal(self, container_id: str, rule: str | None) -> None:
+        """Make the session's egress proxy refuse every new attempt with ``rule`` and close its
+        open connections; None lifts the refusal."""
         ...
 
     async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:

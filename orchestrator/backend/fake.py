@@ -42,6 +42,7 @@ from orchestrator.backend.base import (
     check_exec_spec,
     run_to_completion,
 )
+from orchestrator.backend.network_log import EgressCounters
 from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
 
 __all__ = [
@@ -310,6 +311,14 @@ class FakeBackend:
 
     async def reap_egress(self, orchestrator_id: str, keep: set[str]) -> list[str]:
         return []
+
+    async def egress_counters(self, container_id: str) -> EgressCounters | None:
+        """The fake has no egress proxy: nothing to count."""
+        self._known(container_id)
+        return None
+
+    async def set_egress_refusal(self, container_id: str, rule: str | None) -> None:
+        self._known(container_id)
 
     async def container_state(self, container_id: str) -> ContainerState:
         container = self._known(container_id)

@@ -14,7 +14,11 @@ orchestrator) and never from the sandbox. Invariants:
   whose SNI is the ``CONNECT`` host;
 - bounded: head size and time, connections at once, bytes in the proxy's life, idle time and
   life of a connection; every attempt, allowed or refused, is one line of the log (a ring of
-  ``LOG_ENTRIES`` on the proxy's tmpfs, read by the orchestrator with an exec).
+  ``LOG_ENTRIES`` on the proxy's tmpfs, read by the orchestrator with an exec);
+- the totals since the proxy started (bytes each way, refusals by rule) are written whole to
+  ``stats_path`` at most every ``TICK`` seconds, and a refusal the orchestrator writes to
+  ``refuse_path`` (a tenant over its egress quota) refuses every new attempt with its rule and
+  closes the open connections within one ``TICK``; removing the file lifts it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ CHUNK = 64 * 1024
 LOG_ENTRIES = 512
 TLS_HANDSHAKE = 0x16
 MAX_TLS_RECORD = 16384 + 2048
+# How often the totals are written and the orchestrator's refusal is looked for: the
+# orchestrator reads the totals at its own, slower, cadence, so a second of lag costs nothing.
+TICK = 1.0
+MAX_RULE_CHARS = 64
 METADATA = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 )
@@ -70,6 +78,8 @@ class Settings:
     max_connection: float
     log_path: str
     allow_path: str
+    stats_path: str
+    refuse_path: str
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
@@ -85,6 +95,8 @@ class Settings:
             max_connection=float(raw["max_connection"]),
             log_path=str(raw.get("log_path", "/tmp/egress-log.jsonl")),  # noqa: S108
             allow_path=str(raw.get("allow_path", "/tmp/egress-allow.json")),  # noqa: S108
+            stats_path=str(raw.get("stats_path", "/tmp/egress-stats.json")),  # noqa: S108
+            refuse_path=str(raw.get("refuse_path", "/tmp/egress-refuse.json")),  # noqa: S108
         )
 
 
@@ -184,7 +196,7 @@ def client_hello_sni(record: bytes) -> str | None:
         raise Refused("tls_unparsed") from None
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the open connections are a set
 class Attempt:
     method: str = ""
     host: str = ""
@@ -194,6 +206,8 @@ class Attempt:
     sent: int = 0
     received: int = 0
     started: float = field(default_factory=time.time)
+    # The open connection's writers (client's, upstream's), closed when a refusal arrives.
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
 
     def entry(self, seq: int) -> dict[str, object]:
         return {
@@ -219,6 +233,49 @@ class Proxy:
         self.ring: deque[str] = deque(maxlen=LOG_ENTRIES)
         self.lines_in_file = 0
         self.allow_stamp: int | None = None
+        self.sent = 0
+        self.received = 0
+        self.refused: dict[str, int] = {}
+        self.refusal: str | None = None
+        self.open: set[Attempt] = set()
+        self.written: tuple[int, int, int] | None = None
+
+    def refresh_refusal(self) -> None:
+        """Take or lift the orchestrator's refusal (``refuse_path``: ``{"rule": ...}``); a file
+        that does not read as one refuses with ``refused`` rather than lifting anything."""
+        try:
+            with open(self.settings.refuse_path) as handle:
+                rule = json.load(handle).get("rule")
+        except FileNotFoundError:
+            self.refusal = None
+            return
+        except (OSError, ValueError, AttributeError):
+            rule = None
+        ok = isinstance(rule, str) and 0 < len(rule) <= MAX_RULE_CHARS and rule.isprintable()
+        self.refusal = rule if ok else "refused"
+        for attempt in list(self.open):
+            attempt.rule += f" (closed: {self.refusal})"
+            for writer in attempt.writers:
+                writer.close()
+            self.open.discard(attempt)
+
+    def write_stats(self) -> None:
+        state = (self.sent, self.received, sum(self.refused.values()))
+        if state == self.written:
+            return
+        stats = {"bytes_sent": self.sent, "bytes_received": self.received}
+        line = json.dumps({**stats, "refused": self.refused}, separators=(",", ":"))
+        path = self.settings.stats_path
+        with open(path + ".new", "w") as handle:
+            handle.write(line + "\n")
+        os.replace(path + ".new", path)
+        self.written = state
+
+    async def tick(self) -> None:
+        while True:
+            self.refresh_refusal()
+            self.write_stats()
+            await asyncio.sleep(TICK)
 
     def refresh_rules(self) -> None:
         """Take a live allowlist the orchestrator wrote (``allow_path``, replaced whole); one
@@ -241,6 +298,8 @@ class Proxy:
 
     def record(self, attempt: Attempt) -> None:
         self.seq += 1
+        if attempt.decision == "deny":
+            self.refused[attempt.rule] = self.refused.get(attempt.rule, 0) + 1
         line = json.dumps(attempt.entry(self.seq), separators=(",", ":"))
         self.ring.append(line)
         path = self.settings.log_path
@@ -262,6 +321,13 @@ class Proxy:
         except Refused as refused:
             attempt.decision, attempt.rule = "deny", refused.rule
             await _answer(writer, refused.status, refused.rule, attempt)
+        except asyncio.IncompleteReadError as ended:
+            # Connected and closed without a byte: the orchestrator's readiness probe (or a
+            # client that gave up) made no attempt, so there is nothing to log or count.
+            if ended.partial or attempt.method:
+                attempt.rule = attempt.rule or "bad_request"
+            else:
+                attempt.method = "-"
         except (
             TimeoutError,
             OSError,
@@ -275,7 +341,9 @@ class Proxy:
                 attempt.rule = attempt.rule or "bad_request"
         finally:
             self.active -= 1
-            self.record(attempt)
+            self.open.discard(attempt)
+            if attempt.method != "-":
+                self.record(attempt)
             writer.close()
 
     async def _serve(
@@ -304,6 +372,9 @@ class Proxy:
             raise Refused("limit.connections", 503)
         if self.moved >= s.max_bytes:
             raise Refused("limit.bytes", 503)
+        self.refresh_refusal()
+        if self.refusal is not None:
+            raise Refused(self.refusal, 403)
         self.refresh_rules()
         rule = match_rule(s.mode, s.allow, attempt.host, attempt.port)
         if rule is None:
@@ -329,9 +400,12 @@ class Proxy:
             asyncio.open_connection(address, attempt.port), CONNECT_TIMEOUT
         )
         attempt.decision = "allow"
+        attempt.writers = [writer, up_writer]
+        self.open.add(attempt)
         try:
             up_writer.write(prologue)
             attempt.sent += len(prologue)
+            self.sent += len(prologue)
             self.moved += len(prologue)
             await asyncio.wait_for(
                 asyncio.gather(
@@ -383,8 +457,11 @@ class Proxy:
     ) -> None:
         s = self.settings
         while data := await asyncio.wait_for(source.read(CHUNK), s.idle_timeout):
+            if attempt not in self.open:
+                raise ConnectionResetError("refused")  # closed by a refusal meanwhile
             self.moved += len(data)
             setattr(attempt, counter, getattr(attempt, counter) + len(data))
+            setattr(self, counter, getattr(self, counter) + len(data))
             if self.moved > s.max_bytes:
                 attempt.rule += " (closed: limit.bytes)"
                 sink.close()
@@ -448,8 +525,12 @@ async def serve(settings: Settings) -> None:
     server = await asyncio.start_server(
         proxy.handle, host=any_address, port=PORT, limit=MAX_HEAD_BYTES
     )
+    ticker = asyncio.create_task(proxy.tick())
     async with server:
-        await server.serve_forever()
+        try:
+            await server.serve_forever()
+        finally:
+            ticker.cancel()
 
 
 def main() -> None:

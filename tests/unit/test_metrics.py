@@ -107,3 +107,16 @@ def test_quota_refusals_name_known_quotas_only() -> None:
     found = samples(metrics)
     assert found[("sandhold_quota_refusals_total", (("quota", "sessions"), ("tenant", "team-a")))]
     assert found[("sandhold_quota_refusals_total", (("quota", "unknown"), ("tenant", "team-a")))]
+
+
+def test_egress_bytes_and_refusals_count_by_tenant_and_known_rule() -> None:
+    metrics = make()
+    metrics.record_egress("team-a", 100, 2000, {"tenant.egress_mb": 2, "made-up\n": 1})
+    metrics.record_egress("team-a", 0, 500, {})
+    found = samples(metrics)
+    by = "sandhold_egress_bytes_total"
+    assert found[(by, (("direction", "received"), ("tenant", "team-a")))] == 2500.0
+    assert found[(by, (("direction", "sent"), ("tenant", "team-a")))] == 100.0
+    refused = "sandhold_egress_refused_total"
+    assert found[(refused, (("rule", "tenant.egress_mb"), ("tenant", "team-a")))] == 2.0
+    assert found[(refused, (("rule", "unknown"), ("tenant", "team-a")))] == 1.0

@@ -33,6 +33,8 @@ LABEL_EGRESS_ORCHESTRATOR = "sandhold.egress-orchestrator"
 PROXY_PORT = 3128
 PROXY_LOG = "/tmp/egress-log.jsonl"  # noqa: S108 (a path inside the proxy container)
 PROXY_ALLOW = "/tmp/egress-allow.json"  # noqa: S108 (a live allowlist, written whole)
+PROXY_STATS = "/tmp/egress-stats.json"  # noqa: S108 (the proxy's totals, written whole)
+PROXY_REFUSE = "/tmp/egress-refuse.json"  # noqa: S108 (a refusal of everything, e.g. a quota)
 PROXY_COMMAND = ["python3", "-I", "/opt/sandhold/worker/egress_proxy.py"]
 MIB = 1024 * 1024
 # The proxy is a small asyncio server: this holds it with room for a few hundred connections.
@@ -100,6 +102,8 @@ def proxy_config(spec: ContainerSpec, token: str, settings: EgressSettings) -> d
         "max_connection": net.max_connection_s,
         "log_path": PROXY_LOG,
         "allow_path": PROXY_ALLOW,
+        "stats_path": PROXY_STATS,
+        "refuse_path": PROXY_REFUSE,
     }
 
 
@@ -221,6 +225,8 @@ __all__ = [
     "LABEL_EGRESS_ORCHESTRATOR",
     "LABEL_EGRESS_SESSION",
     "PROXY_ALLOW",
+    "PROXY_REFUSE",
+    "PROXY_STATS",
     "Egress",
     "EgressSettings",
     "network_name",

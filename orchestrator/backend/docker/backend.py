@@ -32,13 +32,16 @@ from orchestrator.backend.docker._egress import (
     LABEL_EGRESS_SESSION,
     PROXY_ALLOW,
     PROXY_LOG,
+    PROXY_PORT,
+    PROXY_REFUSE,
+    PROXY_STATS,
     EgressSettings,
     open_egress,
     reap_egress,
     remove_egress,
 )
 from orchestrator.backend.docker._spec import FIXED_ENV, create_kwargs
-from orchestrator.backend.network_log import parse_log
+from orchestrator.backend.network_log import EgressCounters, parse_counters, parse_log
 from orchestrator.errors import BackendError, BackendUnavailableError, InvalidArgumentError
 
 # Reading the proxy's log is one exec of cat on a tmpfs file of a few hundred KiB at most.
@@ -46,6 +49,34 @@ NETWORK_LOG_TIMEOUT = 10.0
 NETWORK_LOG_MAX_BYTES = 1024 * 1024
 # Removing a running container is a SIGKILL plus cleanup; past this the engine is in trouble.
 REMOVE_TIMEOUT = 30.0
+# A proxy is a Python interpreter binding one port: well under a second on an idle machine; this
+# leaves room for a loaded one before the creation is called a failure.
+PROXY_READY_TIMEOUT = 15.0
+# Run inside the proxy's container: connect to its port until it answers or the time is up.
+_PROXY_READY = (
+    "import socket, sys, time\n"
+    "deadline = time.monotonic() + float(sys.argv[1])\n"
+    "while True:\n"
+    "    try:\n"
+    f"        socket.create_connection(('127.0.0.1', {PROXY_PORT}), 1).close()\n"
+    "        break\n"
+    "    except OSError:\n"
+    "        if time.monotonic() > deadline:\n"
+    "            sys.exit(1)\n"
+    "        time.sleep(0.02)\n"
+)
+_WRITE_WHOLE = (
+    "import os, sys\n"
+    "path = sys.argv[1]\n"
+    "if len(sys.argv) < 3:\n"
+    "    try:\n"
+    "        os.remove(path)\n"
+    "    except FileNotFoundError:\n"
+    "        pass\n"
+    "else:\n"
+    "    open(path + '.new', 'w').write(sys.argv[2])\n"
+    "    os.replace(path + '.new', path)\n"
+)
 
 
 class DockerBackend:
@@ -114,11 +145,29 @@ class DockerBackend:
         self._egress_session[str(container.id)] = spec.session_id if egress else None
         try:
             await self.client.call(lambda _sdk: container.start())
+            if egress is not None:
+                await self._wait_proxy_ready(egress.proxy_id)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.remove_container(container.id)
             raise
         return str(container.id)
+
+    async def _wait_proxy_ready(self, proxy_id: str) -> None:
+        """Until the proxy answers on its port: the session's first request must not meet a
+        connection error. Waited after the session container started, so the two overlap."""
+        result = await self.run(
+            proxy_id,
+            ExecSpec(
+                argv=["python3", "-I", "-c", _PROXY_READY, str(PROXY_READY_TIMEOUT)], workdir="/"
+            ),
+            timeout=PROXY_READY_TIMEOUT + 5.0,
+            max_output_bytes=4096,
+        )
+        if result.exit_code != 0:
+            raise BackendError(
+                f"the session's egress proxy did not answer within {PROXY_READY_TIMEOUT:.0f} s"
+            )
 
     async def _egress_of(self, container_id: str) -> str | None:
         """The session id whose egress goes with this container, None when it has none."""
@@ -154,22 +203,44 @@ class DockerBackend:
         proxy = await self._proxy_of(container_id)
         if proxy is None:
             raise BackendError("the session has no egress proxy")
-        write = (
-            "import os, sys\n"
-            f"path = {PROXY_ALLOW!r}\n"
-            "open(path + '.new', 'w').write(sys.argv[1])\n"
-            "os.replace(path + '.new', path)\n"
-        )
+        if not await self._write_proxy_file(proxy, PROXY_ALLOW, json.dumps({"allow": allow})):
+            raise BackendError("the egress proxy did not take the new allowlist")
+
+    async def egress_counters(self, container_id: str) -> EgressCounters | None:
+        """The totals of the session's proxy (untrusted, checked by ``parse_counters``); None
+        for a session without egress or totals that do not read as the proxy's."""
+        proxy = await self._proxy_of(container_id)
+        if proxy is None:
+            return None
         result = await self.run(
             proxy,
-            ExecSpec(
-                argv=["python3", "-I", "-c", write, json.dumps({"allow": allow})], workdir="/"
-            ),
+            ExecSpec(argv=["cat", PROXY_STATS], workdir="/"),
+            timeout=NETWORK_LOG_TIMEOUT,
+            max_output_bytes=64 * 1024,
+        )
+        return parse_counters(result.stdout)
+
+    async def set_egress_refusal(self, container_id: str, rule: str | None) -> None:
+        """Make the session's proxy refuse every new attempt with ``rule`` and close its open
+        connections (None: lift a refusal); the same exec-written file as the allowlist."""
+        proxy = await self._proxy_of(container_id)
+        if proxy is None:
+            raise BackendError("the session has no egress proxy")
+        text = None if rule is None else json.dumps({"rule": rule})
+        if not await self._write_proxy_file(proxy, PROXY_REFUSE, text):
+            raise BackendError("the egress proxy did not take the refusal")
+
+    async def _write_proxy_file(self, proxy: str, path: str, text: str | None) -> bool:
+        """Write ``text`` whole to ``path`` in the proxy's container (beside, then renamed, so
+        the proxy never reads half of it), or remove it for None."""
+        argv = ["python3", "-I", "-c", _WRITE_WHOLE, path, *([] if text is None else [text])]
+        result = await self.run(
+            proxy,
+            ExecSpec(argv=argv, workdir="/"),
             timeout=NETWORK_LOG_TIMEOUT,
             max_output_bytes=4096,
         )
-        if result.exit_code != 0:
-            raise BackendError("the egress proxy did not take the new allowlist")
+        return result.exit_code == 0
 
     async def _proxy_of(self, container_id: str) -> str | None:
         session = await self._egress_of(container_id)
