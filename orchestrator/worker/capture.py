@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 _CHUNK = 1 << 16
 # Reads per wake-up of the drain thread before it lets the lock go, so finish() never starves.
@@ -40,12 +39,14 @@ _STREAM_GATHER_S = 0.02
 Sink = Callable[[int, bytes], None]
 
 
-@dataclass
 class _Buffer:
-    limit: int
-    chunks: list[bytes] = field(default_factory=list)
-    kept: int = 0
-    dropped: int = 0
+    __slots__ = ("chunks", "dropped", "kept", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.dropped = 0
 
     def feed(self, data: bytes) -> bytes:
         """Keep what fits; returns the part kept."""
@@ -62,14 +63,25 @@ class _Buffer:
         return kept
 
 
-@dataclass
 class CapturedOutput:
-    stdout: bytes
-    stderr: bytes
-    truncated: bool
-    # Everything written, kept or not: the caller learns how much a cap cut away.
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
+    """One request's output (a plain class: see config.WorkerConfig for why not a dataclass)."""
+
+    __slots__ = ("stderr", "stderr_bytes", "stdout", "stdout_bytes", "truncated")
+
+    def __init__(
+        self,
+        stdout: bytes,
+        stderr: bytes,
+        truncated: bool,
+        stdout_bytes: int = 0,
+        stderr_bytes: int = 0,
+    ) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.truncated = truncated
+        # Everything written, kept or not: the caller learns how much a cap cut away.
+        self.stdout_bytes = stdout_bytes
+        self.stderr_bytes = stderr_bytes
 
 
 class OutputCapture:

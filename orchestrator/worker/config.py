@@ -4,7 +4,6 @@ that disagree find out at once instead of running under a policy neither meant."
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 CONFIG_ENV = "SANDHOLD_WORKER_CONFIG"
@@ -33,20 +32,51 @@ class ConfigError(ValueError):
     """The configuration is missing or invalid; the worker cannot start."""
 
 
-@dataclass(frozen=True)
 class WorkerConfig:
-    mode: str
-    allowed_modules: frozenset[str]
-    forbidden_modules: frozenset[str]
-    forbidden_builtins: frozenset[str]
-    max_code_bytes: int
-    max_stream_bytes: int
-    max_reply_bytes: int
-    max_repr_chars: int
-    # Bytes all of a cell's rich results may take together (display.py).
-    max_result_bytes: int
-    # Outlive the host's stream: on its end, wait for a relay on socket_path(pid) (see relay.py).
-    persist: bool
+    """The parsed settings. A plain class, as are the worker's other records: importing
+    dataclasses (it pulls in inspect, dis and tokenize) was the largest cost of the worker's
+    start before its ready frame, which every cold session waits for."""
+
+    __slots__ = (
+        "allowed_modules",
+        "forbidden_builtins",
+        "forbidden_modules",
+        "max_code_bytes",
+        "max_reply_bytes",
+        "max_repr_chars",
+        "max_result_bytes",
+        "max_stream_bytes",
+        "mode",
+        "persist",
+    )
+
+    def __init__(
+        self,
+        *,
+        mode: str,
+        allowed_modules: frozenset[str],
+        forbidden_modules: frozenset[str],
+        forbidden_builtins: frozenset[str],
+        max_code_bytes: int,
+        max_stream_bytes: int,
+        max_reply_bytes: int,
+        max_repr_chars: int,
+        max_result_bytes: int,
+        persist: bool,
+    ) -> None:
+        self.mode = mode
+        self.allowed_modules = allowed_modules
+        self.forbidden_modules = forbidden_modules
+        self.forbidden_builtins = forbidden_builtins
+        self.max_code_bytes = max_code_bytes
+        self.max_stream_bytes = max_stream_bytes
+        self.max_reply_bytes = max_reply_bytes
+        self.max_repr_chars = max_repr_chars
+        # Bytes all of a cell's rich results may take together (display.py).
+        self.max_result_bytes = max_result_bytes
+        # Outlive the host's stream: on its end, wait for a relay on socket_path(pid) (see
+        # relay.py).
+        self.persist = persist
 
     @property
     def restricted(self) -> bool:

@@ -8,19 +8,21 @@ Like a REPL, a final expression statement is evaluated on its own and its value'
 import ast
 import builtins
 import linecache
-import traceback
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from types import CodeType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import WorkerConfig
 from .display import CellResults, Display
 from .errors import GuardError, ImportBlockedError, RestrictedError
 from .interrupts import InterruptGate
 from .introspect import bounded_repr
-from .restrict import Restrictions
-from .validator import Violation
+
+if TYPE_CHECKING:
+    import traceback
+
+    from .restrict import Restrictions
+    from .validator import Violation
 
 CELL_PREFIX = "<cell-"
 # Enough for any report; longer violation lists end with a count of the rest.
@@ -55,22 +57,45 @@ RESERVED_ERROR_TYPES = frozenset(
 )
 
 
-@dataclass
 class CellOutcome:
-    success: bool
-    result_repr: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    traceback: str | None = None
-    violations: list[str] = field(default_factory=list)
-    interrupted: bool = False
+    """How a cell ended (a plain class: see config.WorkerConfig for why not a dataclass)."""
+
+    __slots__ = (
+        "error_message",
+        "error_type",
+        "interrupted",
+        "result_repr",
+        "success",
+        "traceback",
+        "violations",
+    )
+
+    def __init__(
+        self,
+        success: bool,
+        result_repr: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        traceback: str | None = None,
+        violations: list[str] | None = None,
+        interrupted: bool = False,
+    ) -> None:
+        self.success = success
+        self.result_repr = result_repr
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+        self.violations = violations if violations is not None else []
+        self.interrupted = interrupted
 
 
-@dataclass(frozen=True)
 class CompiledCell:
-    filename: str
-    body: CodeType
-    last_expression: CodeType | None
+    __slots__ = ("body", "filename", "last_expression")
+
+    def __init__(self, filename: str, body: CodeType, last_expression: CodeType | None) -> None:
+        self.filename = filename
+        self.body = body
+        self.last_expression = last_expression
 
 
 def _validation(message: str, violations: list[str] | None = None) -> CellOutcome:
@@ -90,7 +115,12 @@ class Executor:
         self.restrictions: Restrictions | None = None
         self._builtins: object = builtins
         if config.restricted:
-            self.restrictions = Restrictions(
+            # Imported here: the checker, the rewrite and the guards (and the stdlib modules they
+            # patch, dataclasses, typing, enum, copy) are ~20 ms of the worker's start that an
+            # unrestricted session never uses.
+            from . import restrict
+
+            self.restrictions = restrict.Restrictions(
                 allowed_modules=sorted(config.allowed_modules),
                 forbidden_modules=sorted(config.forbidden_modules),
                 forbidden_builtins=sorted(config.forbidden_builtins),
@@ -179,7 +209,7 @@ class Executor:
         expression = compile(last, filename, "eval", dont_inherit=True) if last else None
         return CompiledCell(filename, body, expression)
 
-    def _rejected(self, found: list[Violation]) -> CellOutcome:
+    def _rejected(self, found: "list[Violation]") -> CellOutcome:
         texts = [str(violation) for violation in found[:MAX_VIOLATIONS]]
         if len(found) > MAX_VIOLATIONS:
             texts.append(f"... and {len(found) - MAX_VIOLATIONS} more violations")
@@ -276,6 +306,8 @@ def _message(exc: BaseException) -> str:
 def format_user_traceback(exc: BaseException) -> str:
     """The traceback with every frame outside the user's cells left out."""
     try:
+        import traceback  # on a cell's first error, not at the worker's start (~2 ms)
+
         report = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
         _keep_cell_frames(report)
         return "".join(report.format())
@@ -283,7 +315,9 @@ def format_user_traceback(exc: BaseException) -> str:
         return f"{type(exc).__name__}: <traceback unavailable>\n"
 
 
-def _keep_cell_frames(report: traceback.TracebackException) -> None:
+def _keep_cell_frames(report: "traceback.TracebackException") -> None:
+    import traceback
+
     pending = [report]
     seen: set[int] = set()
     while pending:

@@ -113,10 +113,6 @@ class Replacements:
         return entry[1] if entry is not None and entry[0] is value else None
 
 
-def class_module(cls: type) -> object:
-    return _TYPE_MODULE.__get__(cls, type)
-
-
 def is_session_class(cls: type) -> bool:
     """True for a class a cell defined: its ``__module__`` is the plain string ``__main__``. A
     class can claim another module (that only makes it look like a library class, which may do

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .guards import class_module
 from .interrupts import InterruptGate
+from .rules import class_module
 
 # Above this many elements or characters a builtin container is shown abridged (by reprlib),
 # so a repr costs bounded time and memory whatever the value holds.

@@ -6,16 +6,19 @@ it through /proc/self/clear_refs; where /proc does not allow that, the lifetime 
 import os
 import resource
 import time
-from dataclasses import dataclass
 
 _KIB_PER_MIB = 1024
 
 
-@dataclass(frozen=True)
 class Usage:
-    execution_time_ms: float
-    cpu_time_ms: float
-    peak_memory_mb: float
+    """One request's figures (a plain class: see config.WorkerConfig for why not a dataclass)."""
+
+    __slots__ = ("cpu_time_ms", "execution_time_ms", "peak_memory_mb")
+
+    def __init__(self, execution_time_ms: float, cpu_time_ms: float, peak_memory_mb: float) -> None:
+        self.execution_time_ms = execution_time_ms
+        self.cpu_time_ms = cpu_time_ms
+        self.peak_memory_mb = peak_memory_mb
 
 
 class ResourceMeter:

@@ -11,8 +11,10 @@ more than its owner could have loaded by itself."""
 
 import importlib
 import re
+from typing import TYPE_CHECKING
 
-from .restrict import Restrictions
+if TYPE_CHECKING:  # restrict.py is imported only by a restricted worker (see executor.py)
+    from .restrict import Restrictions
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_MODULES = 64
@@ -20,7 +22,7 @@ MAX_MODULES = 64
 MAX_REASON_CHARS = 900
 
 
-def preload(modules: object, restrictions: Restrictions | None) -> dict[str, object]:
+def preload(modules: object, restrictions: "Restrictions | None") -> dict[str, object]:
     """Import each of ``modules``; the reply says which loaded and why the others did not."""
     if not isinstance(modules, list) or len(modules) > MAX_MODULES:
         raise ValueError(f"modules must be a list of at most {MAX_MODULES} names")

@@ -3,9 +3,17 @@ these sets so that what one allows the other allows too."""
 
 import types
 
+# type's own __module__ getter: what a class says through it cannot be overridden by a metaclass.
+_TYPE_MODULE = type.__dict__["__module__"]
 # str's own __str__: for a str subclass it returns a plain copy of the characters, whatever
 # methods the subclass overrides.
 _PLAIN_STR = str.__str__
+
+
+def class_module(cls: type) -> object:
+    """``cls.__module__`` as type stores it. Here rather than in guards.py so that introspect.py,
+    which every worker imports, does not pull in the restricted mode's guards."""
+    return _TYPE_MODULE.__get__(cls, type)
 
 
 def exact_str(value: object, what: str = "name") -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 
@@ -21,7 +20,7 @@ from orchestrator.worker.validator import MAX_DEPTH
 
 def default_config(**overrides: object) -> WorkerConfig:
     policy = load_policy("default")
-    config = WorkerConfig(
+    fields: dict[str, object] = dict(
         mode="restricted",
         allowed_modules=frozenset(policy.python.allowed_modules),
         forbidden_modules=frozenset(policy.python.forbidden_modules),
@@ -33,7 +32,7 @@ def default_config(**overrides: object) -> WorkerConfig:
         max_result_bytes=policy.output.max_result_bytes,
         persist=False,
     )
-    return replace(config, **overrides)  # type: ignore[arg-type]
+    return WorkerConfig(**{**fields, **overrides})  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -393,9 +392,9 @@ def test_a_listed_submodule_may_be_imported_and_reached() -> None:
 
 
 def test_guarded_builtins_replace_getattr_and_friends_when_the_policy_allows_them() -> None:
-    config = default_config()
     allowed = {"getattr", "setattr", "delattr", "vars", "dir"}
-    executor = Executor(replace(config, forbidden_builtins=config.forbidden_builtins - allowed))
+    forbidden = default_config().forbidden_builtins - allowed
+    executor = Executor(default_config(forbidden_builtins=forbidden))
     prelude = "import math, typing\nclass Box:\n    pass\nb = Box()\n"
     assert run(executor, prelude + "getattr(b, 'missing', 5)").result_repr == "5"
     assert run(executor, prelude + "setattr(b, 'v', 1)\nvars(b)").result_repr == "{'v': 1}"
