@@ -328,13 +328,7 @@ class Proxy:
                 attempt.rule = attempt.rule or "bad_request"
             else:
                 attempt.method = "-"
-        except (
-            TimeoutError,
-            OSError,
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            ValueError,
-        ):
+        except (TimeoutError, OSError, asyncio.LimitOverrunError, ValueError):
             if attempt.decision == "allow" and "(closed:" not in attempt.rule:
                 attempt.rule += " (ended: connection error or timeout)"
             else:

@@ -205,6 +205,13 @@ def every_operation(
         if task is None:
             yield from ask(Call("session", {"operation": "share", **grant}))
         yield from ask(call("session", "resume", session_id=sid))
+        yield from ask(call("session", "network_log", session_id=sid))
+        # The default policy has no network: refused (policy), between two answers, as share is.
+        yield from ask(call("session", "set_allowlist", session_id=sid, allow=["pypi.org"]))
+        yield from ask(call("session", "metrics", session_id=sid))
+        yield from ask(call("session", "set_timeout", session_id=sid, timeout_s=600))
+        other = yield from ask(call("session", "create", metadata={"purpose": "scenario"}))
+        yield from ask(call("python_repl", "destroy", session_id=read(other, "session_id")))
         yield from ask(call("terminal", "interrupt", terminal_id=tid))
         yield from ask(call("terminal", "kill", terminal_id=tid))
         yield from ask(call("terminal", "run", command="echo ran", session_id=sid))
@@ -218,6 +225,12 @@ def every_operation(
         yield from ask(call("files", "write", session_id=sid, path="a.txt", content="hello"))
         yield from ask(call("files", "read", session_id=sid, path="a.txt"))
         yield from ask(call("files", "list", session_id=sid))
+        yield from ask(call("files", "stat", session_id=sid, path="a.txt"))
+        yield from ask(call("files", "exists", session_id=sid, path="a.txt"))
+        yield from ask(call("files", "make_dir", session_id=sid, path="old"))
+        yield from ask(call("files", "rename", session_id=sid, path="a.txt", new_path="old/a.txt"))
+        yield from ask(call("files", "remove", session_id=sid, path="old", recursive=True))
+        yield from ask(call("files", "write", session_id=sid, path="a.txt", content="hello"))
         yield from ask(call("files", "download", session_id=sid, path="a.txt"))
         tar = a_tar("b.txt", b"uploaded")
         yield from ask(call("files", "upload", session_id=sid, path=".", tar_b64=tar))
@@ -275,7 +288,9 @@ def check_every_operation(
     made = {(s.call.tool, s.call.arguments["operation"]) for s in script.transcript}
     assert made == operations
     shares = [s for s in script.transcript if s.call.arguments["operation"] == "share"]
-    others = [s for s in script.transcript if s not in shares]
+    [allowlist] = [s for s in script.transcript if s.call.arguments["operation"] == "set_allowlist"]
+    assert outcome(allowlist.seen) == "policy", allowlist.seen
+    others = [s for s in script.transcript if s not in shares and s is not allowlist]
     assert [(s.call.tool, s.call.arguments["operation"], outcome(s.seen)) for s in others] == [
         (s.call.tool, s.call.arguments["operation"], "ok") for s in others
     ]
