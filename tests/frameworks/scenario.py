@@ -68,7 +68,9 @@ def outcome(seen: Seen) -> str:
     if isinstance(seen, dict):
         return "ok" if seen.get("success") else str(seen.get("error_type"))
     first = seen.split("\n", 1)[0]
-    found = re.fullmatch(r"\w+\.\w+: (\w+)", first)
+    # Our text's first line, or a framework's report of a failed call that quotes it (fastmcp
+    # raises ToolError for a call our server marked isError: "... raised ToolError: <line>").
+    found = re.fullmatch(r"(?:the tool call raised \w+: )?\w+\.\w+: (\w+)", first)
     return found.group(1) if found else "framework_error"
 
 
@@ -210,7 +212,8 @@ def every_operation(
         yield from ask(call("session", "set_allowlist", session_id=sid, allow=["pypi.org"]))
         yield from ask(call("session", "metrics", session_id=sid))
         yield from ask(call("session", "set_timeout", session_id=sid, timeout_s=600))
-        other = yield from ask(call("session", "create", metadata={"purpose": "scenario"}))
+        labels = [{"name": "purpose", "value": "scenario"}]  # the pair form strict schemas take
+        other = yield from ask(call("session", "create", metadata=labels))
         yield from ask(call("python_repl", "destroy", session_id=read(other, "session_id")))
         yield from ask(call("terminal", "interrupt", terminal_id=tid))
         yield from ask(call("terminal", "kill", terminal_id=tid))
