@@ -51,10 +51,13 @@ def watchdog_command(grace_s: float) -> list[str]:
     return ["sh", "-c", ORPHAN_WATCHDOG, "sandhold-watchdog", str(grace), str(step)]
 
 
-def create_kwargs(spec: ContainerSpec, egress: Egress | None = None) -> dict[str, Any]:
+def create_kwargs(
+    spec: ContainerSpec, egress: Egress | None = None, *, runtime: str | None = None
+) -> dict[str, Any]:
     """Keyword arguments for ``docker.containers.create`` (the high-level SDK call). A policy
     with a network needs its ``egress`` (``_egress.open_egress``): the session joins only that
-    internal network and reaches out through the proxy named in its environment."""
+    internal network and reaches out through the proxy named in its environment. ``runtime``
+    is the engine's runtime for the policy's (``egress_runtimes``), the policy's own if None."""
     if (policy_mode := spec.policy.network.mode) != "none" and egress is None:
         raise ValueError(f"network mode {policy_mode} needs the session's egress")
     policy = spec.policy
@@ -103,6 +106,26 @@ def create_kwargs(spec: ContainerSpec, egress: Egress | None = None) -> dict[str
         "volumes": {},
         "mounts": [],
     }
-    if policy.runtime is not None:
-        kwargs["runtime"] = policy.runtime
+    if (runtime := runtime or policy.runtime) is not None:
+        kwargs["runtime"] = runtime
     return kwargs
+
+
+def egress_runtimes(registered: dict[str, Any]) -> dict[str, str | None]:
+    """For each runtime registered with ``--network=none`` (``docker info``'s ``Runtimes``),
+    the runtime a session with egress runs under instead: ``<name>-egress`` when the engine
+    has it with a network, else None. A ``--network=none`` runtime gives its containers only
+    loopback whatever network they join (runsc does: gVisor's own network set-up is off), so
+    the proxy would be out of reach; its sibling is the same runtime with a network (for runsc
+    ``--network=host`` where gVisor's netstack cannot start: the host kernel's stack, in the
+    container's own network namespace, which holds only the session's internal network)."""
+
+    def offline(name: str) -> bool:
+        return "--network=none" in ((registered.get(name) or {}).get("runtimeArgs") or [])
+
+    return {
+        name: (sibling if sibling in registered and not offline(sibling) else None)
+        for name in registered
+        if offline(name) and not name.endswith("-egress")
+        for sibling in [f"{name}-egress"]
+    }

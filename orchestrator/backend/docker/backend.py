@@ -40,7 +40,7 @@ from orchestrator.backend.docker._egress import (
     reap_egress,
     remove_egress,
 )
-from orchestrator.backend.docker._spec import FIXED_ENV, create_kwargs
+from orchestrator.backend.docker._spec import FIXED_ENV, create_kwargs, egress_runtimes
 from orchestrator.backend.network_log import EgressCounters, parse_counters, parse_log
 from orchestrator.errors import BackendError, BackendUnavailableError, InvalidArgumentError
 
@@ -93,8 +93,9 @@ class DockerBackend:
         self._egress_session: dict[str, str | None] = {}
         self._runtimes: frozenset[str] | None = None
         # Runtimes registered with ``--network=none`` (runsc often is): their containers have
-        # no interface but loopback whatever network they join, so egress cannot work there.
-        self._offline_runtimes: frozenset[str] = frozenset()
+        # no interface but loopback whatever network they join, so a session with egress runs
+        # under the runtime's ``<name>-egress`` sibling (None: there is none).
+        self._egress_runtime: dict[str, str | None] = {}
         # The streams this backend attached, by container: removing a container closes them,
         # since under runsc a removed container's exec streams can stay open for minutes.
         self._attached: weakref.WeakKeyDictionary[AttachedExec, str] = weakref.WeakKeyDictionary()
@@ -104,11 +105,7 @@ class DockerBackend:
             info = await self.client.call(lambda sdk: sdk.info())
             found = info.get("Runtimes") or {}
             self._runtimes = frozenset(found.keys())
-            self._offline_runtimes = frozenset(
-                name
-                for name, entry in found.items()
-                if "--network=none" in ((entry or {}).get("runtimeArgs") or [])
-            )
+            self._egress_runtime = egress_runtimes(found)
         return self._runtimes
 
     async def ping(self) -> None:
@@ -116,7 +113,7 @@ class DockerBackend:
 
     async def create_container(self, spec: ContainerSpec) -> str:
         """Create and start a session container; on any failure nothing is left behind."""
-        runtime = spec.policy.runtime
+        runtime: str | None = spec.policy.runtime
         if runtime is not None and runtime not in await self.runtimes():
             raise BackendUnavailableError(
                 f"policy {spec.policy.name!r} asks for runtime {runtime!r}, "
@@ -125,17 +122,22 @@ class DockerBackend:
             )
         egress = None
         if spec.policy.network.mode != "none":
-            if runtime is not None and runtime in self._offline_runtimes:
-                raise BackendUnavailableError(
-                    f"policy {spec.policy.name!r} has network mode "
-                    f"{spec.policy.network.mode!r}, but this engine runs {runtime} with "
-                    "--network=none, which gives a container no network to reach its proxy",
-                    hint=f"register {runtime} with dockerd without --network=none "
-                    "(runtimeArgs in daemon.json), or use network mode none",
-                )
+            if runtime is not None and runtime in self._egress_runtime:
+                runtime = self._egress_runtime[runtime]
+                if runtime is None:
+                    raise BackendUnavailableError(
+                        f"policy {spec.policy.name!r} has network mode "
+                        f"{spec.policy.network.mode!r}, but this engine runs "
+                        f"{spec.policy.runtime} with --network=none, which gives a container "
+                        "no network to reach its proxy, and has no "
+                        f"{spec.policy.runtime}-egress runtime to run it under instead",
+                        hint="register a "
+                        f"{spec.policy.runtime}-egress runtime with dockerd (.ci/install-runsc "
+                        "does), or use network mode none",
+                    )
             egress = await open_egress(self.client, spec, self.egress)
         try:
-            kwargs = create_kwargs(spec, egress)
+            kwargs = create_kwargs(spec, egress, runtime=runtime)
             container = await self.client.call(lambda sdk: sdk.containers.create(**kwargs))
         except BaseException:
             if egress is not None:
