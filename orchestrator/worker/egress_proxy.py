@@ -351,11 +351,13 @@ class Proxy:
             raise Refused("bad_request", 400)
         method, target, version = parts
         attempt.method = method
+        authority, framing = "", None
         if method == "CONNECT":
             attempt.host, attempt.port = split_host_port(target, 443)
         elif target.startswith("http://"):
             authority, _, path = target[7:].partition("/")
-            attempt.host, attempt.port = split_host_port(authority.rpartition("@")[2], 80)
+            authority = authority.rpartition("@")[2]
+            attempt.host, attempt.port = split_host_port(authority, 80)
             target = "/" + path
         else:
             raise Refused("bad_request", 400)
@@ -386,10 +388,8 @@ class Proxy:
                 return
             prologue = first
         else:
-            kept = [h for h in headers if h.split(":", 1)[0].strip().lower() not in _HOP]
-            prologue = f"{method} {target} {version}\r\n".encode("latin-1")
-            prologue += "".join(h + "\r\n" for h in kept).encode("latin-1")
-            prologue += b"Connection: close\r\n\r\n"
+            framing = body_framing(headers)
+            prologue = plain_request_head(method, target, version, authority, headers)
         up_reader, up_writer = await asyncio.wait_for(
             asyncio.open_connection(address, attempt.port), CONNECT_TIMEOUT
         )
@@ -401,11 +401,16 @@ class Proxy:
             attempt.sent += len(prologue)
             self.sent += len(prologue)
             self.moved += len(prologue)
+            # Plain HTTP: this one request's body goes up, and nothing after it (a second
+            # request on the connection would reach the checked host's address under a name
+            # that was never checked); the upstream closes after its answer.
+            outbound = (
+                self._pipe(reader, up_writer, attempt, "sent")
+                if method == "CONNECT"
+                else self._pipe_body(reader, up_writer, attempt, framing)
+            )
             await asyncio.wait_for(
-                asyncio.gather(
-                    self._pipe(reader, up_writer, attempt, "sent"),
-                    self._pipe(up_reader, writer, attempt, "received"),
-                ),
+                asyncio.gather(outbound, self._pipe(up_reader, writer, attempt, "received")),
                 s.max_connection,
             )
         finally:
@@ -442,6 +447,58 @@ class Proxy:
                 return address
         raise Refused("private_address")
 
+    def _count(self, attempt: Attempt, counter: str, size: int) -> None:
+        self.moved += size
+        setattr(attempt, counter, getattr(attempt, counter) + size)
+        setattr(self, counter, getattr(self, counter) + size)
+
+    async def _pipe_body(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        attempt: Attempt,
+        framing: int | None,
+    ) -> None:
+        """The request body, framed by ``framing`` (a length, or None: chunked), and no byte
+        more; a chunked body is forwarded as it came, its framing checked on the way."""
+        s = self.settings
+
+        async def forward(data: bytes) -> None:
+            if attempt not in self.open:
+                raise ConnectionResetError("refused")
+            self._count(attempt, "sent", len(data))
+            if self.moved > s.max_bytes:
+                attempt.rule += " (closed: limit.bytes)"
+                raise ConnectionResetError("limit.bytes")
+            sink.write(data)
+            await sink.drain()
+
+        async def exactly(size: int) -> None:
+            while size > 0:
+                data = await asyncio.wait_for(source.read(min(size, CHUNK)), s.idle_timeout)
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", size)
+                size -= len(data)
+                await forward(data)
+
+        if framing is not None:
+            await exactly(framing)
+            return
+        while True:
+            line = await asyncio.wait_for(source.readuntil(b"\r\n"), s.idle_timeout)
+            if len(line) > MAX_CHUNK_LINE:
+                raise ValueError("chunk size line too long")
+            size = chunk_size(line)
+            await forward(line)
+            if size == 0:
+                break
+            await exactly(size + 2)  # the chunk and its CRLF
+        while True:  # trailers, up to the empty line
+            line = await asyncio.wait_for(source.readuntil(b"\r\n"), s.idle_timeout)
+            await forward(line)
+            if line == b"\r\n":
+                return
+
     async def _pipe(
         self,
         source: asyncio.StreamReader,
@@ -453,9 +510,7 @@ class Proxy:
         while data := await asyncio.wait_for(source.read(CHUNK), s.idle_timeout):
             if attempt not in self.open:
                 raise ConnectionResetError("refused")  # closed by a refusal meanwhile
-            self.moved += len(data)
-            setattr(attempt, counter, getattr(attempt, counter) + len(data))
-            setattr(self, counter, getattr(self, counter) + len(data))
+            self._count(attempt, counter, len(data))
             if self.moved > s.max_bytes:
                 attempt.rule += " (closed: limit.bytes)"
                 sink.close()
@@ -466,7 +521,56 @@ class Proxy:
             sink.write_eof()
 
 
-_HOP = frozenset({"proxy-authorization", "proxy-connection", "connection", "keep-alive"})
+# Headers the upstream never sees from the client: the proxy's own, the connection's (the proxy
+# says ``Connection: close``), and ``Host``, which the proxy writes from the checked target.
+_DROPPED = frozenset(
+    {"proxy-authorization", "proxy-connection", "connection", "keep-alive", "host", "upgrade"}
+)
+MAX_CHUNK_LINE = 1024
+
+
+def plain_request_head(
+    method: str, path: str, version: str, authority: str, headers: list[str]
+) -> bytes:
+    """The head sent upstream for a plain HTTP request: origin-form path, the client's headers
+    but those in ``_DROPPED``, ``Host`` from the checked target (a client's own ``Host`` could
+    name another site on the checked address), and ``Connection: close``."""
+    kept = [h for h in headers if h.split(":", 1)[0].strip().lower() not in _DROPPED]
+    head = f"{method} {path} {version}\r\nHost: {authority}\r\n"
+    head += "".join(h + "\r\n" for h in kept) + "Connection: close\r\n\r\n"
+    return head.encode("latin-1")
+
+
+def body_framing(headers: list[str]) -> int | None:
+    """The request body's length (0: none), or None for a chunked body; a head whose framing
+    is ambiguous (both, several lengths, another transfer coding) is refused, since the proxy
+    and the upstream could read it differently (request smuggling)."""
+    lengths, codings = set(), []
+    for header in headers:
+        name, _, value = header.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            lengths.add(value.strip())
+        elif name == "transfer-encoding":
+            codings.append(value.strip().lower())
+    if codings:
+        if lengths or codings != ["chunked"]:
+            raise Refused("bad_request", 400)
+        return None
+    if not lengths:
+        return 0
+    (length,) = lengths if len(lengths) == 1 else (None,)
+    if length is None or not length.isdigit() or len(length) > 15:
+        raise Refused("bad_request", 400)
+    return int(length)
+
+
+def chunk_size(line: bytes) -> int:
+    """The size on a chunk's size line (``1a;ext=1\\r\\n``); ValueError when it is not one."""
+    text = line[:-2].split(b";", 1)[0].strip()
+    if not text or len(text) > 15 or text.strip(b"0123456789abcdefABCDEF"):
+        raise ValueError("bad chunk size")
+    return int(text, 16)
 
 
 def _is_ip(host: str) -> bool:

@@ -1,6 +1,7 @@
 """The egress proxy's pure parts, on the host: rules, the address check, the ClientHello reader,
-the log reader, and the policy's network section. Real TLS hellos come from the stdlib's own
-client (an SSLObject over memory BIOs); hypothesis feeds the parsers what a sandbox could send."""
+the log reader, plain HTTP's request head and body framing, and the policy's network section.
+Real TLS hellos come from the stdlib's own client (an SSLObject over memory BIOs); hypothesis
+feeds the parsers what a sandbox could send."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ from orchestrator.policy.model import NetworkConfig
 from orchestrator.worker.egress_proxy import (
     Refused,
     address_refused,
+    body_framing,
+    chunk_size,
     client_hello_sni,
     match_rule,
+    plain_request_head,
     split_host_port,
 )
 
@@ -231,3 +235,74 @@ def test_a_live_allowlist_is_anything_under_open_nothing_under_none_and_checked_
         narrowed_allowlist(NetworkConfig(), ["a.test"])
     with pytest.raises(InvalidArgumentError):
         narrowed_allowlist(NetworkConfig(mode="open"), ["10.0.0.1"])
+
+
+def test_a_plain_request_goes_up_with_the_checked_host_and_without_connection_headers() -> None:
+    head = plain_request_head(
+        "GET", "/simple/", "HTTP/1.1", "pypi.org",
+        ["Host: evil.example", "Proxy-Authorization: Basic eA==", "Connection: keep-alive",
+         "HOST : other.example", "Upgrade: h2c", "Accept: */*"],
+    )  # fmt: skip
+    assert head == (
+        b"GET /simple/ HTTP/1.1\r\nHost: pypi.org\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("headers", "framing"),
+    [
+        ([], 0),
+        (["Content-Length: 12"], 12),
+        (["content-length:  7 ", "Content-Length: 7"], 7),
+        (["Transfer-Encoding: chunked"], None),
+    ],
+)
+def test_a_request_body_is_framed_by_its_one_length_or_by_chunks(
+    headers: list[str], framing: int | None
+) -> None:
+    assert body_framing(headers) == framing
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        ["Content-Length: 5", "Transfer-Encoding: chunked"],  # the classic smuggling pair
+        ["Content-Length: 5", "Content-Length: 6"],
+        ["Content-Length: -1"],
+        ["Content-Length: 0x10"],
+        ["Transfer-Encoding: gzip, chunked"],
+        ["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"],
+    ],
+)
+def test_a_request_whose_body_framing_is_ambiguous_is_refused(headers: list[str]) -> None:
+    with pytest.raises(Refused) as caught:
+        body_framing(headers)
+    assert (caught.value.rule, caught.value.status) == ("bad_request", 400)
+
+
+def test_a_chunk_size_line_is_hex_with_optional_extensions() -> None:
+    assert chunk_size(b"1a\r\n") == 26
+    assert chunk_size(b"0;name=value\r\n") == 0
+    for bad in (b"\r\n", b"-1\r\n", b"zz\r\n", b"1" * 16 + b"\r\n"):
+        with pytest.raises(ValueError, match="chunk size"):
+            chunk_size(bad)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=6))
+def test_any_headers_give_a_framing_or_a_refusal(headers: list[str]) -> None:
+    try:
+        framing = body_framing(headers)
+    except Refused:
+        return
+    assert framing is None or 0 <= framing < 10**15
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=40))
+def test_any_chunk_line_gives_a_size_or_a_value_error(line: bytes) -> None:
+    try:
+        size = chunk_size(line + b"\r\n")
+    except ValueError:
+        return
+    assert 0 <= size < 16**15
