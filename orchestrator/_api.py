@@ -155,6 +155,7 @@ class Orchestrator(PythonReplManager):
                 duration_ms=round(seconds * 1000, 3),
                 outcome="cancelled" if result is None else None,
                 call_id=context.call_id,
+                egress=context.egress,
             )
         except OrchestratorError as exc:
             # The call has happened; refusing its answer now would not undo it. Say it loudly.

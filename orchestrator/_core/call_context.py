@@ -12,7 +12,7 @@ import contextlib
 import secrets
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = ["CALL_ID_BYTES", "CallContext", "call_scope", "current_call", "new_call_id"]
@@ -29,6 +29,9 @@ class CallContext:
     # Where output goes as it comes, for the operations that stream (python_repl execute):
     # ("stdout" or "stderr", text). Quick and non-blocking: it is called as frames are read.
     on_output: Callable[[str, str], None] | None = None
+    # The session's egress attempts begun and ended during the call (attempts, denied, bytes_sent,
+    # bytes_received), tallied where an operation reads its egress log, for the audit record.
+    egress: dict[str, int] = field(default_factory=dict)
 
 
 _current: ContextVar[CallContext | None] = ContextVar("sandhold_call", default=None)

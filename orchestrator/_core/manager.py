@@ -23,6 +23,7 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
+from orchestrator._core.call_context import current_call
 from orchestrator._core.config import OrchestratorConfig as OrchestratorConfig  # re-exported
 from orchestrator._core.egress_round import EgressAccounting
 from orchestrator._core.lifecycle import (
@@ -637,7 +638,9 @@ class SessionManager:
     ) -> list[dict[str, Any]]:
         """``{host, port, rule}`` of each egress attempt refused since ``since`` (wall clock,
         which the proxy's container shares), for a call's result; empty without a network or
-        when the session has ended meanwhile."""
+        when the session has ended meanwhile. The attempts since then, allowed or not, and
+        their bytes are tallied on the current call (``CallContext.egress``) for its audit
+        record."""
         try:
             session = self.find_session(session_id, tenant=tenant)
         except OrchestratorError:
@@ -649,11 +652,16 @@ class SessionManager:
         except OrchestratorError as exc:
             log.warning("session %s: its egress log could not be read: %s", session.id, exc)
             return []
-        return [
-            {"host": e["host"], "port": e["port"], "rule": e["rule"]}
-            for e in entries
-            if e["decision"] == "deny" and e["time"] >= since
-        ]
+        recent = [e for e in entries if e["time"] >= since]
+        denied = [e for e in recent if e["decision"] == "deny"]
+        if recent and (call := current_call()) is not None:
+            call.egress.update(
+                attempts=len(recent),
+                denied=len(denied),
+                bytes_sent=sum(e["bytes_sent"] for e in recent),
+                bytes_received=sum(e["bytes_received"] for e in recent),
+            )
+        return [{"host": e["host"], "port": e["port"], "rule": e["rule"]} for e in denied]
 
     async def set_timeout(
         self, session_id: Any, timeout_s: Any, *, tenant: str | None = None

@@ -172,11 +172,14 @@ class AuditLog:
         outcome: Outcome | None = None,
         details: Mapping[str, Any] | None = None,
         call_id: str | None = None,
+        egress: Mapping[str, int] | None = None,
     ) -> None:
         """Append one call record; raises ``AuditLogError`` if it cannot be written, or is not
         written within ``RECORD_TIMEOUT``. ``outcome`` defaults to what ``success`` says.
         ``details``: what an interface observed about a request it refused (kept in clear);
-        ``call_id``: the call's id, as in the server's log and the REST response header."""
+        ``call_id``: the call's id, as in the server's log and the REST response header;
+        ``egress``: the session's egress attempts begun and ended during the call, as its proxy
+        logged them (attempts, denied, bytes_sent, bytes_received)."""
         append = partial(
             self._append,
             tenant=tenant,
@@ -195,6 +198,7 @@ class AuditLog:
                 worker_claims=worker_claims,
                 details=details,
                 call_id=call_id,
+                egress=dict(egress) if egress else None,
             ),
         )
         with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_TIMEOUT) as bound:

@@ -551,6 +551,7 @@ async def test_through_the_tools_a_refused_attempt_is_in_the_calls_result_and_in
         orchestrator_id=f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
         extra_labels={TEST_RUN_LABEL: RUN_ID},
         policy_dirs=(tmp_path,),
+        audit_dir=tmp_path / "audit",
     )
     async with Orchestrator(config, backend=egress_backend) as orch:
         with anyio.fail_after(120):
@@ -609,6 +610,27 @@ async def test_through_the_tools_a_refused_attempt_is_in_the_calls_result_and_in
             assert kept.structured["allow"] == ["allowed.test:80"]
             shape = RESULTS["session.set_allowlist"]
             assert set(kept.structured) == set(shape.added) | {"success", "operation"}
+    # Each call's record counts the attempts that ended during it, with their bytes; a call
+    # that made none carries no egress field.
+    records = [
+        json.loads(line)
+        for segment in sorted((tmp_path / "audit").glob("audit-*.jsonl"))
+        for line in segment.read_text().splitlines()
+    ]
+    calls = [r for r in records if r["kind"] == "call"]
+    tallies = [(r["tool"], r["operation"], r.get("egress")) for r in calls]
+    assert [t[:2] for t in tallies][:4] == [
+        ("python_repl", "execute"), ("python_repl", "execute"), ("python_repl", "execute"),
+        ("terminal", "run"),
+    ]  # fmt: skip
+    assert tallies[0][2] is None
+    allowed, denied, shell = (t[2] for t in tallies[1:4])
+    assert allowed is not None and denied is not None and shell is not None
+    assert (allowed["attempts"], allowed["denied"]) == (1, 0)
+    assert allowed["bytes_sent"] > 0 and allowed["bytes_received"] > len("hello allowed.test ")
+    assert (denied["attempts"], denied["denied"], denied["bytes_received"]) == (1, 1, 0)
+    assert (shell["attempts"], shell["denied"]) == (1, 1)
+    assert all(t[2] is None for t in tallies[4:])
 
 
 PIP = [
