@@ -805,9 +805,9 @@ class SessionManager:
 def _docker_backend() -> Backend:
     """The default backend. Imported here: the Docker SDK is slow to import, and a manager
     given another backend never needs it."""
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.backend.docker import DockerBackend, EgressSettings
 
-    return DockerBackend()
+    return DockerBackend(egress=EgressSettings.from_env())
 
 
 async def _worker_image(backend: Backend) -> str:

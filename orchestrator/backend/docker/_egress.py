@@ -13,6 +13,7 @@ operator's ``EgressSettings``), never the sandbox's.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -20,10 +21,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import docker
 
 from orchestrator.backend.base import LABEL_SESSION, SANDBOX_UID
 from orchestrator.backend.docker._client import DockerClient
+from orchestrator.backend.docker._egress_subnets import check_pool, create_in_pool
 from orchestrator.backend.docker._seccomp import profile_json
+from orchestrator.errors import BackendError, BackendUnavailableError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import ContainerSpec
@@ -50,11 +54,30 @@ REMOVE_TIMEOUT = 30.0
 @dataclass(frozen=True, kw_only=True)
 class EgressSettings:
     """The operator's egress settings, never a tenant's: the network the proxies reach the world
-    on, and address ranges the proxies may connect to despite being private (for tests that
-    build their own "internet" on a Docker network; empty in any real deployment)."""
+    on; the address range the sessions' internal networks are carved from (``/28`` each, see
+    ``_egress_subnets``; None: the engine's default pools, about thirty networks with Docker's
+    defaults); and address ranges the proxies may connect to despite being private (for tests
+    that build their own "internet" on a Docker network; empty in any real deployment)."""
 
     upstream_network: str = "bridge"
+    subnet_pool: str | None = None
     permit_cidrs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.subnet_pool is not None:
+            try:
+                check_pool(self.subnet_pool)
+            except ValueError as exc:
+                raise InvalidArgumentError(f"egress subnet pool: {exc}") from None
+
+    @classmethod
+    def from_env(cls) -> EgressSettings:
+        """``SANDHOLD_EGRESS_NETWORK`` (the proxies' upstream network, default ``bridge``) and
+        ``SANDHOLD_EGRESS_SUBNETS`` (the pool, e.g. ``10.213.0.0/16``: 4096 sessions)."""
+        return cls(
+            upstream_network=os.environ.get("SANDHOLD_EGRESS_NETWORK") or "bridge",
+            subnet_pool=os.environ.get("SANDHOLD_EGRESS_SUBNETS") or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -138,11 +161,7 @@ async def open_egress(
     token = secrets.token_urlsafe(24)
     name = network_name(spec.session_id)
     try:
-        await client.call(
-            lambda sdk: sdk.networks.create(
-                name, driver="bridge", internal=True, labels=_labels(spec), check_duplicate=True
-            )
-        )
+        await _create_network(client, spec, settings)
         kwargs = proxy_kwargs(spec, token, settings)
         proxy = await client.call(lambda sdk: sdk.containers.create(**kwargs))
         await client.call(lambda sdk: sdk.networks.get(settings.upstream_network).connect(proxy.id))
@@ -156,6 +175,39 @@ async def open_egress(
             await remove_egress(client, spec.session_id)
         raise
     return Egress(network=name, proxy_id=str(proxy.id), proxy_address=address, token=token)
+
+
+async def _create_network(
+    client: DockerClient, spec: ContainerSpec, settings: EgressSettings
+) -> None:
+    name = network_name(spec.session_id)
+
+    def create(sdk: Any, subnet: str | None) -> None:
+        ipam = None
+        if subnet is not None:
+            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+        sdk.networks.create(
+            name, driver="bridge", internal=True, labels=_labels(spec), check_duplicate=True,
+            ipam=ipam,
+        )  # fmt: skip
+
+    pool = settings.subnet_pool
+    try:
+        if pool is None:
+            await client.call(create, None)
+        else:
+            await client.call(lambda sdk: create_in_pool(sdk, pool, lambda s: create(sdk, s)))
+    except BackendUnavailableError:
+        raise
+    except BackendError as exc:
+        if "non-overlapping" not in str(exc):
+            raise
+        raise BackendUnavailableError(
+            "the engine has no address pool left for another session network (Docker's "
+            f"default pools hold about thirty): {exc}",
+            hint="set SANDHOLD_EGRESS_SUBNETS to a free private range (a /28 per session), "
+            "or default-address-pools in daemon.json",
+        ) from exc
 
 
 async def remove_egress(client: DockerClient, session_id: str) -> None:
