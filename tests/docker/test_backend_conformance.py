@@ -33,7 +33,6 @@ from orchestrator.backend.fake import FakeBackend, FakeProcess, Program, Program
 from orchestrator.errors import BackendError, ContainerNotFoundError, InvalidArgumentError
 from orchestrator.policy.model import Policy, load_policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
-from tests.docker.test_runsc import runsc_works  # noqa: F401 (the fixture, found by its name)
 
 pytestmark = [pytest.mark.anyio]
 
