@@ -12,8 +12,9 @@ twin ``Sandbox``) is one session as a typed handle, over an orchestrator here or
 are in ``TOOLS``; every error carries a stable ``code`` (its ``error_type``).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from orchestrator._lazy import lazy_exports
 
 # Each public name and the module it comes from. Imported on first use (PEP 562), so a command
 # that needs little (``sandhold mcp`` answering ``initialize``) does not pay for the whole package.
@@ -65,17 +66,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:

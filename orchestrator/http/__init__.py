@@ -39,8 +39,9 @@ MCP clients raise it as such), 413 for a body over the cap, 404/405 (``invalid_a
 unknown route or method; 429 ``rate_limited`` past a budget of the client address.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from orchestrator._lazy import lazy_exports
 
 # Each public name and the module it comes from, imported on first use (PEP 562): the app pulls
 # in starlette and the MCP SDK, which ``sandhold serve --help`` (reading ``HttpLimitsConfig``'s
@@ -61,17 +62,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orchestrator.http' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from orchestrator.backend.docker._egress_subnets import free_subnets
 from orchestrator.errors import BackendUnavailableError
 from orchestrator.policy.model import Policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
+from tests.docker.test_egress import _egress_of
 
 pytestmark = pytest.mark.anyio
 
@@ -45,15 +46,6 @@ def _subnet_of(session_id: str) -> str:
         (network,) = sdk.api.networks(filters={"label": f"sandhold.egress-session={session_id}"})
         config = sdk.api.inspect_network(network["Id"])["IPAM"]["Config"]
         return str(config[0]["Subnet"])
-    finally:
-        sdk.close()
-
-
-def _left_of(session_id: str) -> tuple[list[Any], list[Any]]:
-    sdk = docker.from_env(timeout=30)
-    try:
-        label = {"label": f"sandhold.egress-session={session_id}"}
-        return sdk.api.containers(all=True, filters=label), sdk.api.networks(filters=label)
     finally:
         sdk.close()
 
@@ -99,7 +91,7 @@ async def test_sessions_get_distinct_subnets_of_the_pool_until_it_is_full(
             assert all(ipaddress.ip_network(s).subnet_of(pool) for s in subnets.values())
             with pytest.raises(BackendUnavailableError, match=r"pool .* is full"):
                 await create()
-            assert _left_of(tried[-1]) == ([], [])  # the refused one left nothing behind
+            assert _egress_of(tried[-1]) == ([], [])  # the refused one left nothing behind
             freed_session, freed_container = next(iter(made.items()))
             await backend.remove_container(freed_container)
             del made[freed_session]
