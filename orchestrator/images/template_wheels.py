@@ -10,10 +10,8 @@ shipped locks list manylinux wheels only.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -22,8 +20,8 @@ from pathlib import Path
 import anyio
 
 from orchestrator.backend.docker import DockerClient
-from orchestrator.errors import ImageError, ImageToolMissingError
-from orchestrator.images._cache import cache_dir
+from orchestrator.errors import ImageError
+from orchestrator.images._cache import cache_dir, cached_files, fill_cache, require_pip
 from orchestrator.images._process import run_tool
 from orchestrator.images.lockfile import Pin, lock_digest, render_lock
 from orchestrator.images.progress import BuildProgress
@@ -113,27 +111,20 @@ async def fetch_template_wheels(
 ) -> list[Path]:
     """A wheel of every pin for ``target``, from the cache or downloaded into it."""
     dest = cache_dir() / "template-wheels" / f"{lock_digest(pins)[:16]}-{target.key()}"
-    wheels = await anyio.to_thread.run_sync(_wheels_in, dest)
+    wheels = await cached_files(dest, "*.whl")
     if wheels:
         progress.log(f"{len(wheels)} wheels for Python {target.version}: cached")
         return wheels
-    if importlib.util.find_spec("pip") is None:
-        raise ImageToolMissingError(
-            f"pip is not available to {sys.executable} (needed to fetch a template's wheels)",
-            hint="install pip for this Python (Debian package python3-pip)",
-        )
+    require_pip("a template's wheels")
     progress.log(f"pip download {len(pins)} pinned wheels for Python {target.version}")
-    staging = Path(await anyio.to_thread.run_sync(_make_staging, dest.parent))
-    try:
+
+    async def download(staging: Path) -> None:
         await _pip_download(pins, target, staging, progress)
-        found = await anyio.to_thread.run_sync(_wheels_in, staging)
+        found = await cached_files(staging, "*.whl")
         if len(found) != len(pins):
             raise ImageError(f"pip downloaded {len(found)} wheels for {len(pins)} pins")
-        await anyio.to_thread.run_sync(_publish, staging, dest)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(staging, ignore_errors=True))
-    return await anyio.to_thread.run_sync(_wheels_in, dest)
+
+    return await fill_cache(dest, "*.whl", download)
 
 
 async def _pip_download(
@@ -157,21 +148,3 @@ async def _pip_download(
             hint="the lock must list a wheel of every pin for this Python and platform, and "
             "pip needs its package index reachable",
         )
-
-
-def _wheels_in(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.whl")) if directory.is_dir() else []
-
-
-def _make_staging(parent: Path) -> str:
-    parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkdtemp(prefix=".download-", dir=parent)
-
-
-def _publish(staging: Path, dest: Path) -> None:
-    # A rename is atomic: a concurrent build sees no wheels or all of them.
-    try:
-        staging.rename(dest)
-    except OSError:
-        if not _wheels_in(dest):
-            raise

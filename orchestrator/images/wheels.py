@@ -8,11 +8,9 @@ the wheels are cached there too, so a warm build never runs a container or pip.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -24,8 +22,8 @@ import requests.exceptions
 
 from orchestrator.backend.base import LABEL_ORCHESTRATOR
 from orchestrator.backend.docker import DockerClient
-from orchestrator.errors import ImageError, ImageToolMissingError
-from orchestrator.images._cache import cache_dir
+from orchestrator.errors import ImageError
+from orchestrator.images._cache import cache_dir, cached_files, fill_cache, require_pip
 from orchestrator.images._process import run_tool
 from orchestrator.images.progress import BuildProgress
 
@@ -33,6 +31,8 @@ __all__ = ["IMAGE_BUILD_LABEL", "fetch_wheels", "probe_python", "run_probe"]
 
 # One pinned release: its abi3 wheels fit every CPython >= 3.6, so one pin serves every base.
 PSUTIL_VERSION = "7.2.2"
+# The wheels a download leaves in its folder of the cache.
+WHEELS = "psutil-*.whl"
 # Label value marking containers started by an image build (a sweep may remove any it finds).
 IMAGE_BUILD_LABEL = "image-build"
 # Starting python3 in a local image takes well under a second; a minute means something hangs.
@@ -126,24 +126,13 @@ async def fetch_wheels(target: PythonTarget, *, progress: BuildProgress) -> list
     """psutil wheels for ``target``, downloaded by pip on the first call and cached."""
     name = f"psutil-{PSUTIL_VERSION}-py{target.version}-{target.libc}-{target.machine}"
     dest = cache_dir() / "wheels" / name
-    wheels = await anyio.to_thread.run_sync(_wheels_in, dest)
+    wheels = await cached_files(dest, WHEELS)
     if wheels:
         progress.log(f"psutil {PSUTIL_VERSION} for Python {target.version}: cached")
         return wheels
-    if importlib.util.find_spec("pip") is None:
-        raise ImageToolMissingError(
-            f"pip is not available to {sys.executable} (needed to fetch psutil wheels)",
-            hint="install pip for this Python (Debian package python3-pip)",
-        )
+    require_pip("psutil wheels")
     progress.log(f"pip download psutil=={PSUTIL_VERSION} for Python {target.version}")
-    staging = Path(await anyio.to_thread.run_sync(_make_staging, dest.parent))
-    try:
-        await _pip_download(target, staging, progress)
-        await anyio.to_thread.run_sync(_publish, staging, dest)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(staging, ignore_errors=True))
-    return await anyio.to_thread.run_sync(_wheels_in, dest)
+    return await fill_cache(dest, WHEELS, lambda staging: _pip_download(target, staging, progress))
 
 
 async def _pip_download(target: PythonTarget, staging: Path, progress: BuildProgress) -> None:
@@ -155,30 +144,12 @@ async def _pip_download(target: PythonTarget, staging: Path, progress: BuildProg
         "--dest", str(staging), f"psutil=={PSUTIL_VERSION}",
     ]  # fmt: skip
     outcome = await run_tool(argv, progress=progress, timeout=PIP_TIMEOUT)
-    if outcome.returncode != 0 or not _wheels_in(staging):
+    if outcome.returncode != 0 or not await cached_files(staging, WHEELS):
         raise ImageError(
             f"pip could not download psutil=={PSUTIL_VERSION} for Python {target.version} "
             f"({', '.join(target.platforms())}): {outcome.describe()}",
             hint="pip needs its package index (PyPI or the index in pip's config) reachable",
         )
-
-
-def _wheels_in(directory: Path) -> list[Path]:
-    return sorted(directory.glob("psutil-*.whl")) if directory.is_dir() else []
-
-
-def _make_staging(parent: Path) -> str:
-    parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkdtemp(prefix=".download-", dir=parent)
-
-
-def _publish(staging: Path, dest: Path) -> None:
-    # A rename is atomic, so a concurrent build sees no wheels or all of them, never half a file.
-    try:
-        staging.rename(dest)
-    except OSError:
-        if not _wheels_in(dest):
-            raise
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
