@@ -99,6 +99,23 @@ class Control:
             return e2b_error(404, f"sandbox {sandbox_id!r} not found")
         return tenant, sandbox
 
+    async def _sandbox_and_timeout(
+        self, request: Request, *, required: bool
+    ) -> tuple[str, E2bSandbox, int | None] | Response:
+        """The caller's sandbox (``_sandbox``) and the body's ``timeout``, checked when given;
+        without one, None, or a 400 when ``required``."""
+        found = await self._sandbox(request)
+        if isinstance(found, Response):
+            return found
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        timeout = body.get("timeout") if isinstance(body, dict) else None
+        if (timeout is not None or required) and (problem := _check_timeout(timeout)):
+            return e2b_error(400, problem)
+        return *found, timeout
+
     async def _alive(self, sandbox: E2bSandbox) -> bool:
         """Whether its session still exists (idle teardown or max lifetime may have ended it);
         a sandbox whose session is gone leaves the table."""
@@ -229,35 +246,19 @@ class Control:
         return Response(status_code=204)
 
     async def set_timeout(self, request: Request) -> Response:
-        found = await self._sandbox(request)
+        found = await self._sandbox_and_timeout(request, required=True)
         if isinstance(found, Response):
             return found
-        _, sandbox = found
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        timeout = body.get("timeout") if isinstance(body, dict) else None
-        problem = _check_timeout(timeout)
-        if problem:
-            return e2b_error(400, problem)
-        sandbox.set_timeout(timeout)  # type: ignore[arg-type]
+        _, sandbox, timeout = found
+        assert timeout is not None  # required: checked
+        sandbox.set_timeout(timeout)
         return Response(status_code=204)
 
     async def connect(self, request: Request) -> Response:
-        found = await self._sandbox(request)
+        found = await self._sandbox_and_timeout(request, required=False)
         if isinstance(found, Response):
             return found
-        tenant, sandbox = found
-        try:
-            body = await request.json()
-        except ValueError:
-            body = {}
-        timeout = body.get("timeout") if isinstance(body, dict) else None
-        if timeout is not None:
-            problem = _check_timeout(timeout)
-            if problem:
-                return e2b_error(400, problem)
+        tenant, sandbox, timeout = found
         if sandbox.state == "paused":
             return await self._resume(tenant, sandbox, timeout)
         if timeout is not None:
@@ -281,21 +282,12 @@ class Control:
         return Response(status_code=204)
 
     async def resume(self, request: Request) -> Response:
-        found = await self._sandbox(request)
+        found = await self._sandbox_and_timeout(request, required=False)
         if isinstance(found, Response):
             return found
-        tenant, sandbox = found
+        tenant, sandbox, timeout = found
         if sandbox.state != "paused":
             return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is not paused")
-        try:
-            body = await request.json()
-        except ValueError:
-            body = {}
-        timeout = body.get("timeout") if isinstance(body, dict) else None
-        if timeout is not None:
-            problem = _check_timeout(timeout)
-            if problem:
-                return e2b_error(400, problem)
         return await self._resume(tenant, sandbox, timeout)
 
     async def _resume(self, tenant: str, sandbox: E2bSandbox, timeout: int | None) -> Response:

@@ -262,3 +262,26 @@ def test_metrics_read_the_containers_usage_now(sandbox: Sandbox) -> None:
     assert first.cpu_count >= 1 and first.cpu_used_pct == 0.0  # no earlier sample to rate
     (second,) = sandbox.get_metrics()
     assert second.timestamp >= first.timestamp and second.cpu_used_pct >= 0.0
+
+
+def test_a_bad_timeout_on_the_control_api_is_a_400_and_changes_nothing(
+    server: E2bServer, sandbox: Sandbox
+) -> None:
+    """What the SDK would never send, sent by hand: every timeout route checks its body."""
+    import httpx
+
+    headers = {"X-API-Key": server.keys["team-a"]}
+    base = f"{server.url}/sandboxes/{sandbox.sandbox_id}"
+    before = sandbox.get_info().end_at
+    with httpx.Client(headers=headers, timeout=30) as http:
+        for route in ("timeout", "connect", "resume"):
+            for body in ({"timeout": "60"}, {"timeout": 0}, {"timeout": True}, {"timeout": 10**9}):
+                answer = http.post(f"{base}/{route}", json=body)
+                assert answer.status_code == 400, (route, body, answer.text)
+                assert "timeout must be" in answer.json()["message"]
+        assert http.post(f"{base}/timeout", content=b"not json").status_code == 400
+        assert http.post(f"{base}/timeout", json={}).status_code == 400
+        # Without a timeout, connect is fine and resume of a running sandbox is a conflict.
+        assert http.post(f"{base}/connect", json={}).status_code == 200
+        assert http.post(f"{base}/resume", json={}).status_code == 409
+    assert sandbox.get_info().end_at == before
