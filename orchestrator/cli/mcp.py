@@ -34,8 +34,8 @@ import anyio
 import anyio.abc
 import typer
 
-from orchestrator._core.limits import DEFAULT_POOL_IDLE, DEFAULT_SERVE_POOL, MAX_POOL_SIZE
 from orchestrator.cli._common import reported_errors
+from orchestrator.cli._pool_options import DEFAULT_POOL_IDLE, PoolIdleOption, PoolOption
 from orchestrator.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -83,26 +83,8 @@ def mcp(
             envvar="SANDHOLD_TASK", help="With --connect: the task every call is made for."
         ),
     ] = None,
-    pool: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            max=MAX_POOL_SIZE,
-            envvar="SANDHOLD_POOL",
-            show_default=False,
-            help="Sessions of the default policy kept warm, filled in the background "
-            f"(0: none; default {DEFAULT_SERVE_POOL}, none for a policy file).",
-        ),
-    ] = None,
-    pool_idle: Annotated[
-        float,
-        typer.Option(
-            min=1.0,
-            envvar="SANDHOLD_POOL_IDLE",
-            help="Seconds without a session taken from the pool after which it drains to zero; "
-            "the next take fills it again.",
-        ),
-    ] = DEFAULT_POOL_IDLE,
+    pool: PoolOption = None,
+    pool_idle: PoolIdleOption = DEFAULT_POOL_IDLE,
 ) -> None:
     """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
     from orchestrator.mcp_server.handshake import answer_initialize_early

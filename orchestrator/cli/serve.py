@@ -49,13 +49,9 @@ from typing import Annotated
 
 import typer
 
-from orchestrator._core.limits import (
-    DEFAULT_MAX_SESSIONS,
-    DEFAULT_POOL_IDLE,
-    DEFAULT_SERVE_POOL,
-    MAX_POOL_SIZE,
-)
+from orchestrator._core.limits import DEFAULT_MAX_SESSIONS
 from orchestrator.cli._logging import LogFormat
+from orchestrator.cli._pool_options import DEFAULT_POOL_IDLE, PoolIdleOption, PoolOption
 from orchestrator.http._limits import HttpLimitsConfig
 
 __all__ = ["serve"]
@@ -99,26 +95,8 @@ def serve(
         str | None,
         typer.Option(help="Default policy (name or file) for sessions a call names none for."),
     ] = None,
-    pool: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            max=MAX_POOL_SIZE,
-            envvar="SANDHOLD_POOL",
-            show_default=False,
-            help="Sessions of the default policy to keep warm, filled before serving starts "
-            f"(0: none; default {DEFAULT_SERVE_POOL}, none for a policy file).",
-        ),
-    ] = None,
-    pool_idle: Annotated[
-        float,
-        typer.Option(
-            min=1.0,
-            envvar="SANDHOLD_POOL_IDLE",
-            help="Seconds without a session taken from the pool after which it drains to zero; "
-            "the next take fills it again.",
-        ),
-    ] = DEFAULT_POOL_IDLE,
+    pool: PoolOption = None,
+    pool_idle: PoolIdleOption = DEFAULT_POOL_IDLE,
     max_sessions: Annotated[
         int,
         typer.Option(
