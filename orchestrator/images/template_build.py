@@ -239,11 +239,18 @@ async def _build(
 
 
 def _with_pip(template: Template) -> tuple[Pin, ...]:
-    if any(pin.name == "pip" for pin in template.pins):
+    """The template's pins and the build's pip. A template may install pip itself (the shipped
+    ``pip`` template does) only as the build pins it: one wheel is then both the installer and
+    installed, and no second pip can shadow the one whose hash the build checks."""
+    build = pip_pins()
+    mine = tuple(pin for pin in template.pins if pin.name == "pip")
+    if mine and mine != build:
         raise TemplateFileError(
-            str(template.source), "pip", "pip is the build's own (images/templates/pip.lock)"
-        )
-    return (*template.pins, *pip_pins())
+            str(template.source), "pip",
+            "pip is the build's own: a template may pin it only as images/templates/pip.lock "
+            f"does ({', '.join(f'{p.name}=={p.version}' for p in build)}, same hashes)",
+        )  # fmt: skip
+    return template.pins if mine else (*template.pins, *build)
 
 
 def _build_in_context(

@@ -294,6 +294,20 @@ def _listen() -> socket.socket | None:
     return listener
 
 
+def _add_user_site() -> None:
+    """An unrestricted session imports what ``pip install`` put in the user's site-packages
+    (``~/.local``: the image's own are read-only), which ``-I`` left off ``sys.path``. Made
+    now if missing, so that a package installed later imports without a restart; last on the
+    path, so nothing installed there shadows the standard library or the image's packages."""
+    import site
+
+    path = site.getusersitepackages()
+    with contextlib.suppress(OSError):
+        os.makedirs(path, exist_ok=True)
+    if os.path.isdir(path) and path not in sys.path:
+        site.addsitedir(path)
+
+
 def main() -> int:
     try:
         config = parse_config(os.environ.pop(CONFIG_ENV, None))
@@ -306,6 +320,8 @@ def main() -> int:
     worker.gate.install()
     if worker.executor.restrictions is not None:
         worker.executor.restrictions.install_process_guards()
+    else:
+        _add_user_site()
     # The session's namespace is __main__ from now on: pickling, dataclasses and typing resolve
     # user classes there, and the worker's own globals are no longer reachable by that name.
     sys.modules["__main__"] = worker.executor.module

@@ -44,7 +44,9 @@ class Hello(http.server.BaseHTTPRequestHandler):
         wheel = base64.b64decode(os.environ["WHEEL"])
         if self.path.startswith("/simple/"):  # a PEP 503 index of one project
             digest = hashlib.sha256(wheel).hexdigest()
-            body = f'<a href="/files/{WHEEL_NAME}#sha256={digest}">{WHEEL_NAME}</a>'.encode()
+            # As PyPI does: the index on pypi.org, the files on files.pythonhosted.org.
+            host = "https://files.pythonhosted.org" if self.headers["Host"] == "pypi.org" else ""
+            body = f'<a href="{host}/files/{WHEEL_NAME}#sha256={digest}">{WHEEL_NAME}</a>'.encode()
         elif self.path == f"/files/{WHEEL_NAME}":
             body = wheel
         else:
@@ -93,7 +95,10 @@ except Exception as e:
 """
 
 
-SUBJECT_ALT_NAMES = "subjectAltName=DNS:allowed.test,DNS:other.test,DNS:pypi.test"
+# The web server's names: PyPI's two among them, so that the shipped pip policy is tested as it
+# ships, against this machine's "internet" (the proxies resolve through its network's DNS).
+WEB_NAMES = ["allowed.test", "other.test", "pypi.test", "pypi.org", "files.pythonhosted.org"]
+SUBJECT_ALT_NAMES = "subjectAltName=" + ",".join(f"DNS:{name}" for name in WEB_NAMES)
 
 
 def _self_signed(folder: Path) -> tuple[str, str]:
@@ -166,7 +171,7 @@ def internet(worker_image: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     started = []
     try:
         for aliases, command in (
-            (["allowed.test", "other.test", "pypi.test"], ["python3", "-c", WEB_SERVER]),
+            (WEB_NAMES, ["python3", "-c", WEB_SERVER]),
             (["private.test"], ["sleep", "infinity"]),
         ):
             container = sdk.containers.create(
@@ -670,6 +675,65 @@ async def test_pip_installs_from_an_allowed_index_and_is_refused_by_name_elsewhe
     assert {(e["host"], e["port"], e["decision"], e["rule"]) for e in denied} == {
         ("pypi.test", 443, "deny", "allowlist")
     }
+
+
+async def test_the_shipped_pip_policy_installs_from_pypi_by_name_for_the_shell_and_the_repl(
+    worker_image: Any, egress_backend: DockerBackend, internet: Internet
+) -> None:
+    """``policy: "pip"`` as shipped (its template, its allowlist of PyPI's two names): pip's
+    defaults reach the index and the files host; the package imports in the shell and in the
+    REPL; any other name is refused."""
+    from orchestrator._api import Orchestrator, OrchestratorConfig
+
+    config = OrchestratorConfig(
+        image=worker_image.tag,
+        orchestrator_id=f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
+        extra_labels={TEST_RUN_LABEL: RUN_ID},
+    )
+    async with Orchestrator(config, backend=egress_backend) as orch:
+        with anyio.fail_after(600):  # the first use builds the pip template
+            made = await orch.call("session", {"operation": "create", "policy": "pip"})
+            assert made.structured["success"], made.structured
+            sid = made.structured["session_id"]
+            cert = {"path": "ca.pem", "content": internet.cert}
+            wrote = await orch.call("files", {"operation": "write", "session_id": sid, **cert})
+            assert wrote.structured["success"], wrote.structured
+            installed = await orch.call(
+                "terminal",
+                {
+                    "operation": "run", "session_id": sid, "timeout_s": 180,
+                    "command": "python3 -m pip install --cert ca.pem --progress-bar off "
+                    "--disable-pip-version-check hello-egress && python3 -c "
+                    "'import hello_egress; print(\"value\", hello_egress.VALUE)'",
+                },
+            )  # fmt: skip
+            out = installed.structured["stdout"]
+            assert installed.structured["exit_code"] == 0, out
+            assert "Successfully installed hello-egress-1.0" in out and "value 42" in out, out
+            assert "network_denied" not in installed.structured
+            repl = await orch.call(
+                "python_repl",
+                {"operation": "execute", "session_id": sid, "code": "import hello_egress\n"
+                 "hello_egress.VALUE, hello_egress.__file__.startswith('/home/')"},
+            )  # fmt: skip
+            assert repl.structured["result_repr"] == "(42, True)", repl.structured
+            refused = await orch.call(
+                "terminal",
+                {"operation": "run", "session_id": sid, "timeout_s": 120,
+                 "command": "python3 -m pip install --cert ca.pem --index-url "
+                 "https://pypi.test/simple --retries 0 hello-egress==2"},
+            )  # fmt: skip
+            assert refused.structured["exit_code"] != 0
+            assert refused.structured["network_denied"] == [
+                {"host": "pypi.test", "port": 443, "rule": "allowlist"}
+            ]
+            log = await orch.call("session", {"operation": "network_log", "session_id": sid})
+            allowed = {(e["host"], e["rule"]) for e in log.structured["entries"]
+                       if e["decision"] == "allow"}  # fmt: skip
+            assert allowed == {
+                ("pypi.org", "pypi.org:443"),
+                ("files.pythonhosted.org", "files.pythonhosted.org:443"),
+            }
 
 
 async def test_a_live_allowlist_change_applies_to_the_next_connection_and_never_widens(

@@ -182,7 +182,7 @@ async def test_a_policy_naming_an_unknown_template_is_refused_when_it_loads(
     assert "unknown_template" in done.stderr.decode()
 
 
-async def test_image_list_shows_both_shipped_templates_built(
+async def test_image_list_shows_the_shipped_templates_and_the_two_built_here(
     worker_image: ImageBuildResult, python_data: TemplateImage
 ) -> None:
     env = {**os.environ, "SANDHOLD_IMAGE": worker_image.tag, "COLUMNS": "250"}
@@ -195,9 +195,10 @@ async def test_image_list_shows_both_shipped_templates_built(
     rows = {
         line.split("│")[1].strip(): line for line in out.splitlines() if "sandhold-worker:" in line
     }
-    assert set(rows) == {BASE, "python-data"}
+    assert set(rows) == {BASE, "pip", "python-data"}
     assert worker_image.tag in rows[BASE] and python_data.tag in rows["python-data"]
-    assert all(" built " in row and " MB " in row for row in rows.values())
+    assert all(" built " in rows[name] and " MB " in rows[name] for name in (BASE, "python-data"))
+    assert " shipped " in rows["pip"] and "sandhold-worker:pip-" in rows["pip"]
 
 
 async def test_prune_keeps_a_superseded_template_image_a_session_uses_then_lets_it_go(

@@ -71,7 +71,7 @@ def test_the_lock_digest_covers_pins_not_comments_or_layout() -> None:
 
 def test_the_shipped_python_data_lock_pins_every_package_with_hashes() -> None:
     catalog = load_catalog()
-    assert catalog.names() == [BASE, "python-data"]
+    assert catalog.names() == [BASE, "pip", "python-data"]
     data = catalog.get("python-data")
     names = {pin.name for pin in data.pins}
     assert {"numpy", "pandas", "matplotlib", "scipy", "pillow"} <= names
@@ -82,13 +82,31 @@ def test_the_shipped_python_data_lock_pins_every_package_with_hashes() -> None:
     assert "pandas" in data.preload and data.parent == BASE
 
 
+def test_the_shipped_pip_template_installs_the_pip_the_build_installs_with() -> None:
+    from orchestrator.images.template_build import _with_pip, pip_pins
+
+    template = load_catalog().get("pip")
+    assert template.pins == pip_pins() and template.parent == BASE
+    assert _with_pip(template) == pip_pins()  # one wheel: installer and installed
+    assert template.env["PIP_BREAK_SYSTEM_PACKAGES"] == "1"
+
+
+def test_a_template_pinning_another_pip_than_the_builds_is_refused(tmp_path: Path) -> None:
+    from orchestrator.images.template_build import _with_pip
+
+    write(tmp_path / "mypip.toml", f'pip = ["pip==1.0 --hash=sha256:{SIX}"]\n')
+    template = load_catalog([tmp_path]).get("mypip")
+    with pytest.raises(TemplateFileError, match="pip is the build's own"):
+        _with_pip(template)
+
+
 def test_a_user_template_with_inline_pins_joins_the_catalogue(tmp_path: Path) -> None:
     write(
         tmp_path / "extra.toml",
         f'from = "python-data"\npip = ["six==1.17.0 --hash=sha256:{SIX}"]\npreload = ["six"]\n',
     )
     catalog = load_catalog([tmp_path, tmp_path / "missing"])
-    assert catalog.names() == [BASE, "extra", "python-data"]
+    assert catalog.names() == [BASE, "extra", "pip", "python-data"]
     assert [t.name for t in catalog.chain("extra")] == ["extra", "python-data", BASE]
     assert not catalog.get("extra").shipped
 
@@ -181,7 +199,7 @@ def test_every_template_hash_chains_from_the_worker_image_hash(tmp_path: Path) -
     catalog = load_catalog([tmp_path])
     one, two = template_hashes(catalog, "a" * 64), template_hashes(catalog, "b" * 64)
     assert one[BASE] == "a" * 64
-    assert set(one) == {BASE, "python-data", "extra"}
+    assert set(one) == {BASE, "pip", "python-data", "extra"}
     assert all(one[name] != two[name] for name in one)
     assert template_hashes(catalog, "a" * 64) == one
 
