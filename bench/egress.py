@@ -1,6 +1,6 @@
 """What the egress proxy costs, against the same traffic without it, in one run; prints JSON.
 
-    .venv/bin/python bench/egress.py [--requests 200] [--download-mb 100]
+    .venv/bin/python bench/egress.py [--requests 200] [--download-mb 100] [--runtime runsc]
 
 A web server on a Docker network of this script's own (no traffic leaves the machine). The
 same client script runs twice: in a container on that network, straight to the server
@@ -12,6 +12,9 @@ same client script runs twice: in a container on that network, straight to the s
 - ``create``: creating and starting the session container, with egress (network, proxy) and
   without (mode ``none``), a few of each;
 - ``proxy_memory_mib``: the proxy container's memory, idle and right after the run.
+
+``--runtime runsc`` runs the sessions and the direct client under gVisor (the direct one under
+the runtime a session with egress gets: ``runsc-egress`` where runsc is ``--network=none``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from _stats import summary
 
 from orchestrator.backend.base import ContainerSpec, ExecSpec
 from orchestrator.backend.docker import DockerBackend, DockerClient, EgressSettings
+from orchestrator.backend.docker._spec import egress_runtimes
 from orchestrator.images import ensure_worker_image
 from orchestrator.policy.model import Policy
 
@@ -67,8 +71,10 @@ print(json.dumps({"samples": samples, "download_s": time.perf_counter() - t, "by
 """
 
 
-def _policy(mode: str) -> Policy:
-    return Policy.model_validate({"name": "bench-egress", "network": {"mode": mode}})
+def _policy(mode: str, runtime: str | None) -> Policy:
+    return Policy.model_validate(
+        {"name": "bench-egress", "network": {"mode": mode}, "runtime": runtime}
+    )
 
 
 async def _client_run(backend: DockerBackend, container_id: str, n: int, mb: int) -> dict[str, Any]:
@@ -87,10 +93,13 @@ async def _client_run(backend: DockerBackend, container_id: str, n: int, mb: int
     }
 
 
-async def main(n: int, mb: int) -> dict[str, Any]:
+async def main(n: int, mb: int, runtime: str | None) -> dict[str, Any]:
     client = DockerClient()
     image = (await ensure_worker_image(client)).tag
     sdk = docker.from_env(timeout=60)
+    direct_runtime = runtime
+    if runtime is not None:
+        direct_runtime = egress_runtimes(sdk.info().get("Runtimes") or {}).get(runtime, runtime)
     name = f"sandhold-bench-egress-{secrets.token_hex(4)}"
     network = sdk.networks.create(name, driver="bridge", labels=LABELS)
     made: list[Any] = []
@@ -103,8 +112,9 @@ async def main(n: int, mb: int) -> dict[str, Any]:
         network.connect(web, aliases=["web.test"])
         web.start()
         direct = sdk.containers.run(
-            image, ["sleep", "600"], labels=LABELS, network=name, detach=True
-        )
+            image, ["sleep", "600"], labels=LABELS, network=name, detach=True,
+            runtime=direct_runtime,
+        )  # fmt: skip
         made.append(direct)
         web.reload()
         web_ip = web.attrs["NetworkSettings"]["Networks"][name]["IPAddress"]
@@ -115,7 +125,7 @@ async def main(n: int, mb: int) -> dict[str, Any]:
         for mode in ("none", "open") * CREATES:
             spec = ContainerSpec(
                 image=image,
-                policy=_policy(mode),
+                policy=_policy(mode, runtime),
                 session_id=secrets.token_hex(16),
                 tenant="bench",
                 orchestrator_id="bench-egress",
@@ -135,6 +145,7 @@ async def main(n: int, mb: int) -> dict[str, Any]:
         return {
             "bench": "egress",
             "python": platform.python_version(),
+            "runtime": runtime or "runc",
             "requests": n,
             "download_mib": mb,
             "direct": via_direct,
@@ -164,5 +175,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--download-mb", type=int, default=100)
+    parser.add_argument("--runtime", choices=["runsc"], default=None)
     args = parser.parse_args()
-    print(json.dumps(anyio.run(main, args.requests, args.download_mb), indent=2))
+    print(json.dumps(anyio.run(main, args.requests, args.download_mb, args.runtime), indent=2))
