@@ -63,7 +63,7 @@ from orchestrator.policy.arguments import (
     check_policy_name,
     check_session_id,
 )
-from orchestrator.policy.egress import narrowed_allowlist
+from orchestrator.policy.egress import capped_allowlist, narrowed_allowlist
 from orchestrator.policy.env import check_env
 from orchestrator.policy.model import Policy, load_policy
 from orchestrator.registry.claim import Abandoned, claim, reap_abandoned, remove_files
@@ -359,9 +359,11 @@ class SessionManager:
             session = warm
         else:
             session = await self._new_session(tenant, policy)
-        # One path for warm and cold: the env is given once the session exists.
+        # One path for warm and cold: the env and the tenant's egress cap are given once the
+        # session exists, before any of the caller's code runs in it.
         try:
             await session.set_env(env)
+            await self._cap_egress(session, tenant)
         except BaseException:
             await session.aclose(self.backend)  # shielded: not in the table, nothing else would
             raise
@@ -369,6 +371,14 @@ class SessionManager:
         self._apply_tenant_caps(session)
         self._table.add(session)
         return session
+
+    async def _cap_egress(self, session: Session, tenant: str) -> None:
+        limits = self.tenant_config(tenant)
+        cap = capped_allowlist(
+            session.policy.network, limits.egress_allow if limits is not None else None
+        )
+        if cap is not None:
+            await self.backend.set_egress_allow(session.container_id, cap)
 
     async def _new_session(self, tenant: str, policy: Policy, *, preload: bool = False) -> Session:
         """A session built cold: its container created and started, its worker ready (with
@@ -623,12 +633,14 @@ class SessionManager:
     async def set_allowlist(
         self, session_id: Any, allow: Any, *, tenant: str | None = None
     ) -> list[str]:
-        """Replace the session's egress allowlist for new connections, within its policy's
-        (``policy.egress``); the rules now in force."""
+        """Replace the session's egress allowlist for new connections, within its policy's and
+        its tenant's cap (``policy.egress``); the rules now in force."""
         session = self.find_session(session_id, tenant=tenant)
         if not isinstance(allow, list):
             raise InvalidArgumentError("allow must be a list of rules")
-        rules = narrowed_allowlist(session.policy.network, allow)
+        limits = self.tenant_config(session.tenant)
+        cap = limits.egress_allow if limits is not None else None
+        rules = narrowed_allowlist(session.policy.network, allow, cap)
         await self.backend.set_egress_allow(session.container_id, rules)
         log.info("session %s: egress allowlist now %s", session.id, rules)
         return rules

@@ -19,6 +19,11 @@ A tenants file::
     terminals_per_session = 4            # lowers the policy's limit, never raises it
     processes_per_session = 8
     egress_mb = 500                      # MiB through the sessions' egress proxies, per hour
+    egress_allow = ["pypi.org:443", "files.pythonhosted.org:443"]
+                                         # optional: the most any session may reach (below)
+
+``egress_allow`` caps every session of the tenant: a policy's allowlist keeps only what the cap
+covers, an ``open`` policy becomes the cap, and a live ``set_allowlist`` stays within both.
 """
 
 from __future__ import annotations
@@ -34,11 +39,19 @@ from pathlib import Path
 from typing import Annotated
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator._core.data_dir import data_dir as data_dir  # re-exported: the callers' old home
 from orchestrator.errors import TenantsFileError
 from orchestrator.policy._validation import first_problem
+from orchestrator.policy.egress import check_rules
 
 TenantName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
 KeyHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -81,6 +94,13 @@ class TenantConfig(BaseModel):
     # None: every policy the server can load.
     policies: tuple[PolicyName, ...] | None = None
     quotas: TenantQuotas = TenantQuotas()
+    # None: what each policy allows. Else the most any of the tenant's sessions may reach.
+    egress_allow: tuple[str, ...] | None = None
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _rules(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else tuple(dict.fromkeys(check_rules(value)))
 
 
 class TenantsFile(BaseModel):

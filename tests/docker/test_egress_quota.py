@@ -110,3 +110,54 @@ async def test_a_tenant_over_its_egress_quota_is_refused_with_its_rule_and_count
                 found[("sandhold_egress_bytes_total", (("direction", "sent"), ("tenant", "local")))]
                 > 0
             )
+
+
+async def test_a_tenants_egress_cap_narrows_its_sessions_pooled_ones_too_and_live_changes(
+    worker_image: Any, egress_backend: DockerBackend, tmp_path: Path
+) -> None:
+    """``egress_allow`` in the tenants file: an ``open`` policy's session of the capped tenant
+    (taken warm from the pool, made before its tenant was known) reaches only the cap; another
+    tenant's session of the same policy is not capped; a live change stays within the cap."""
+    from orchestrator._api import Orchestrator, OrchestratorConfig
+
+    (tmp_path / "egress-open.toml").write_text(OPEN_POLICY)
+    tenants = {
+        "capped": TenantConfig(name="capped", key_sha256="1" * 64, egress_allow=["allowed.test"]),
+        "free": TenantConfig(name="free", key_sha256="2" * 64),
+    }
+    config = OrchestratorConfig(
+        image=worker_image.tag,
+        orchestrator_id=f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
+        extra_labels={TEST_RUN_LABEL: RUN_ID},
+        policy_dirs=(tmp_path,),
+        tenants=tenants,
+        pool={"egress-open": 1},
+    )
+    fetch_both = FETCH_IN_REPL + "fetch('http://allowed.test/')[:5], fetch('http://other.test/')"
+    async with Orchestrator(config, backend=egress_backend) as orch:
+        with anyio.fail_after(180):
+            while orch.pool_status()["egress-open"]["ready"] < 1:  # noqa: ASYNC110 (no event)
+                await anyio.sleep(0.2)
+            arguments = {"operation": "execute", "code": fetch_both, "policy": "egress-open"}
+            capped = await orch.call("python_repl", arguments, tenant="capped")
+            assert capped.structured["result_repr"] == "('hello', 403)", capped.structured
+            assert capped.structured["network_denied"] == [
+                {"host": "other.test", "port": 80, "rule": "allowlist"}
+            ]
+            free = await orch.call("python_repl", arguments, tenant="free")
+            assert free.structured["result_repr"].startswith("('hello', 'hello other.test")
+            sid = capped.structured["session_id"]
+            wider = await orch.call(
+                "session",
+                {"operation": "set_allowlist", "session_id": sid, "allow": ["other.test"]},
+                tenant="capped",
+            )
+            assert (wider.structured["error_type"], wider.structured.get("rule")) == (
+                "policy", "tenant.egress_allow",
+            )  # fmt: skip
+            narrower = await orch.call(
+                "session",
+                {"operation": "set_allowlist", "session_id": sid, "allow": ["allowed.test:80"]},
+                tenant="capped",
+            )
+            assert narrower.structured["allow"] == ["allowed.test:80"]

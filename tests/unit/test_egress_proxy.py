@@ -237,6 +237,54 @@ def test_a_live_allowlist_is_anything_under_open_nothing_under_none_and_checked_
         narrowed_allowlist(NetworkConfig(mode="open"), ["10.0.0.1"])
 
 
+@pytest.mark.parametrize(
+    ("policy", "cap", "capped"),
+    [
+        # The policy's rules the cap covers, and the cap's rules the policy covers.
+        (ALLOW, ["pypi.org:443", "*.pythonhosted.org"], ["*.pythonhosted.org", "pypi.org:443"]),
+        (ALLOW, ["files.pythonhosted.org", "github.com"], ["files.pythonhosted.org"]),
+        (["*.github.com"], ["api.github.com:443", "*.github.com:443"], ["*.github.com:443"]),
+        (ALLOW, ["example.com"], []),
+        (None, ["example.com", "example.com"], ["example.com"]),  # open: the cap itself
+    ],
+)
+def test_a_tenants_cap_keeps_only_what_both_it_and_the_policy_allow(
+    policy: list[str] | None, cap: list[str], capped: list[str]
+) -> None:
+    from orchestrator.policy.egress import capped_allowlist
+
+    network = (
+        NetworkConfig(mode="open")
+        if policy is None
+        else NetworkConfig(mode="allowlist", allow=policy)
+    )
+    assert capped_allowlist(network, cap) == capped
+    assert capped_allowlist(network, None) is None
+    assert capped_allowlist(NetworkConfig(), cap) is None  # mode none: nothing to cap
+
+
+def test_a_live_allowlist_stays_within_the_tenants_cap_as_well_as_the_policy() -> None:
+    from orchestrator.errors import PolicyViolationError
+    from orchestrator.policy.egress import narrowed_allowlist
+
+    network = NetworkConfig(mode="open")
+    assert narrowed_allowlist(network, ["pypi.org:443"], ["pypi.org"]) == ["pypi.org:443"]
+    with pytest.raises(PolicyViolationError) as caught:
+        narrowed_allowlist(network, ["example.com"], ["pypi.org"])
+    assert caught.value.rule == "tenant.egress_allow"
+
+
+def test_a_tenants_cap_in_the_tenants_file_is_checked_as_rules() -> None:
+    from orchestrator._core.tenants import TenantConfig
+
+    key = "0" * 64
+    made = TenantConfig(name="t", key_sha256=key, egress_allow=["pypi.org", "pypi.org"])
+    assert made.egress_allow == ("pypi.org",)
+    for bad in ("10.0.0.1", "PyPI.org", "pypi.org:0"):  # a policy's syntax, no addresses
+        with pytest.raises(pydantic.ValidationError, match="egress_allow"):
+            TenantConfig(name="t", key_sha256=key, egress_allow=[bad])
+
+
 def test_a_plain_request_goes_up_with_the_checked_host_and_without_connection_headers() -> None:
     head = plain_request_head(
         "GET", "/simple/", "HTTP/1.1", "pypi.org",
