@@ -30,6 +30,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -52,6 +53,12 @@ MAX_TLS_RECORD = 16384 + 2048
 # orchestrator reads the totals at its own, slower, cadence, so a second of lag costs nothing.
 TICK = 1.0
 MAX_RULE_CHARS = 64
+# An HTTP method: a token (RFC 9110), and no real one is longer than this.
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
+# A header line: a token, a colon right after it, a value without control characters (a bare
+# CR or LF, a NUL, a folded line or a space before the colon is refused: servers read those
+# differently from one another, which is how requests are smuggled past a proxy).
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\x00-\x08\x0a-\x1f\x7f]*")
 METADATA = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 )
@@ -350,6 +357,11 @@ class Proxy:
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             raise Refused("bad_request", 400)
         method, target, version = parts
+        if not _METHOD.fullmatch(method):
+            # Logged as "?": a method is a short token, and anything else in the log line (a
+            # control byte, 16 KiB of it) would make the orchestrator's reader drop the entry.
+            attempt.method = "?"
+            raise Refused("bad_request", 400)
         attempt.method = method
         authority, framing = "", None
         if method == "CONNECT":
@@ -362,6 +374,8 @@ class Proxy:
         else:
             raise Refused("bad_request", 400)
         headers = [line for line in lines[1:] if line]
+        if not all(_HEADER.fullmatch(line) for line in headers):
+            raise Refused("bad_request", 400)
         if not self._authorized(headers):
             raise Refused("auth", 407)
         if self.active > s.max_connections:
@@ -492,7 +506,11 @@ class Proxy:
             await forward(line)
             if size == 0:
                 break
-            await exactly(size + 2)  # the chunk and its CRLF
+            await exactly(size)
+            end = await asyncio.wait_for(source.readexactly(2), s.idle_timeout)
+            if end != b"\r\n":
+                raise ValueError("a chunk not followed by CRLF")
+            await forward(end)
         while True:  # trailers, up to the empty line
             line = await asyncio.wait_for(source.readuntil(b"\r\n"), s.idle_timeout)
             await forward(line)
