@@ -77,6 +77,7 @@ def add_tenant(
     *,
     policies: tuple[str, ...] | None = None,
     quotas: TenantQuotas | None = None,
+    egress_allow: tuple[str, ...] | None = None,
 ) -> str:
     """Add tenant ``name`` to ``path`` (made if missing) with a new key; returns the key."""
     key = new_key()
@@ -93,6 +94,7 @@ def add_tenant(
                 "key_sha256": hash_key(key),
                 "policies": policies,
                 "quotas": quotas or TenantQuotas(),
+                "egress_allow": egress_allow,
             },
         )
         _write(path, [*tenants, entry])
@@ -122,14 +124,17 @@ def _validated(path: Path, fields: Mapping[str, Any]) -> TenantConfig:
 
 
 def format_tenants_file(tenants: list[TenantConfig]) -> str:
-    """The file's text: one ``[[tenant]]`` table each, quotas only where set. Every value is a
-    name, a hex digest or a number, which JSON and TOML spell alike."""
+    """The file's text: one ``[[tenant]]`` table each, policies, egress cap and quotas only
+    where set. Every value is a name, a rule, a hex digest or a number, which JSON and TOML
+    spell alike."""
     parts = [HEADER]
     for tenant in tenants:
         lines = ["", "[[tenant]]", f"name = {json.dumps(tenant.name)}"]
         lines.append(f"key_sha256 = {json.dumps(tenant.key_sha256)}")
         if tenant.policies is not None:
             lines.append(f"policies = {json.dumps(list(tenant.policies))}")
+        if tenant.egress_allow is not None:  # before [tenant.quotas], or it would belong there
+            lines.append(f"egress_allow = {json.dumps(list(tenant.egress_allow))}")
         quotas = tenant.quotas.model_dump(exclude_none=True)
         if quotas:
             lines.append("[tenant.quotas]")

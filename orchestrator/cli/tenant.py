@@ -44,7 +44,14 @@ def tenant_add(
         list[str] | None,
         typer.Option(
             help="A quota as name=value (sessions, memory_mb, cpus, terminals_per_session, "
-            "processes_per_session); repeatable."
+            "processes_per_session, egress_mb); repeatable."
+        ),
+    ] = None,
+    egress_allow: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated hosts (policy allow rules) the most any of the tenant's "
+            "sessions may reach; default: what each policy allows."
         ),
     ] = None,
     tenants: TenantsOption = None,
@@ -55,7 +62,12 @@ def tenant_add(
     path = tenants or default_tenants_file()
     with reported_errors():
         allowed = _policies(policies)
-        key = add_tenant(path, name, policies=allowed, quotas=parse_quotas(quota or []))
+        cap = None
+        if egress_allow is not None:
+            cap = tuple(rule.strip() for rule in egress_allow.split(",") if rule.strip())
+        key = add_tenant(
+            path, name, policies=allowed, quotas=parse_quotas(quota or []), egress_allow=cap
+        )
     typer.echo(f"sandhold: tenant {name!r} added to {path}; its API key (shown once):", err=True)
     typer.echo(key)
 
@@ -81,7 +93,7 @@ def tenant_list(
     tenants: TenantsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """The tenants: names, policies and quotas (never keys)."""
+    """The tenants: names, policies, quotas and egress caps (never keys)."""
     from orchestrator._core.tenant_admin import read_tenants
 
     path = tenants or default_tenants_file()
@@ -92,6 +104,7 @@ def tenant_list(
             "name": t.name,
             "policies": None if t.policies is None else list(t.policies),
             "quotas": t.quotas.model_dump(exclude_none=True),
+            "egress_allow": None if t.egress_allow is None else list(t.egress_allow),
         }
         for t in found
     ]
@@ -101,7 +114,9 @@ def tenant_list(
     for row in rows:
         allowed = "any" if row["policies"] is None else ",".join(row["policies"]) or "none"
         quotas = " ".join(f"{k}={v}" for k, v in row["quotas"].items()) or "-"
-        stdout.print(f"{row['name']}\tpolicies={allowed}\tquotas: {quotas}", markup=False)
+        rules = row["egress_allow"]
+        cap = "" if rules is None else "\tegress_allow=" + ",".join(rules)
+        stdout.print(f"{row['name']}\tpolicies={allowed}\tquotas: {quotas}{cap}", markup=False)
 
 
 def _policies(text: str | None) -> tuple[str, ...] | None:

@@ -37,6 +37,21 @@ def test_rotate_replaces_one_key_and_keeps_everything_else(tmp_path: Path) -> No
     assert read_tenants(path)[0].quotas.sessions == 2
 
 
+def test_an_egress_cap_is_written_read_back_and_kept_by_every_later_rewrite(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tenants.toml"
+    cap = ("pypi.org:443", "*.pythonhosted.org")
+    add_tenant(path, "team-a", quotas=parse_quotas(["egress_mb=5"]), egress_allow=cap)
+    add_tenant(path, "team-b")  # a rewrite of the whole file
+    rotate_key(path, "team-a")  # and another
+    first, second = read_tenants(path)
+    assert first.egress_allow == cap and first.quotas.egress_mb == 5
+    assert second.egress_allow is None
+    with pytest.raises(TenantsFileError, match="egress_allow"):
+        add_tenant(path, "team-c", egress_allow=("10.0.0.1",))
+
+
 def test_unknown_quotas_bad_names_and_unknown_tenants_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "tenants.toml"
     with pytest.raises(InvalidArgumentError):
