@@ -455,9 +455,14 @@ async def test_the_sandbox_has_no_route_and_no_resolver_only_the_proxy(
             sdk.close()
         assert _runtime_of(box.id) == (sibling or "runsc")
     assert (await box.fetch("http://allowed.test/"))["status"] == 200
+    (proxy,), _ = _egress_of(box.session_id)
+    upstream_side = proxy["NetworkSettings"]["Networks"][internet.network]["IPAddress"]
+    # The web server, the proxy's own address on its upstream network, the metadata service,
+    # the host's bridge gateway, a public resolver: none has a route from the sandbox.
     code = r"""
 import socket, sys
-for host, port in [(sys.argv[1], 80), ("169.254.169.254", 80), ("172.17.0.1", 80), ("8.8.8.8", 53)]:
+for host, port in [(sys.argv[1], 80), (sys.argv[2], 3128), ("169.254.169.254", 80),
+                   ("172.17.0.1", 80), ("8.8.8.8", 53)]:
     try:
         socket.create_connection((host, port), timeout=3); print("connected", host)
     except OSError as e:
@@ -467,10 +472,17 @@ for name in ["allowed.test", "pypi.org"]:
         socket.getaddrinfo(name, 80); print("resolved", name)
     except OSError:
         print("unresolved", name)
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.settimeout(2)
+try:
+    udp.sendto(b"\x12\x34\x01\x00\x00\x01" + bytes(6) + b"\x04test\x00\x00\x01\x00\x01",
+               ("8.8.8.8", 53))
+    udp.recv(512); print("connected dns")
+except OSError as e:
+    print("refused dns", e.errno)
 """
-    lines = (await box.python(code, internet.web_ip)).split("\n")
+    lines = (await box.python(code, internet.web_ip, upstream_side)).split("\n")
     assert not any(line.startswith(("connected", "resolved")) for line in lines), lines
-    assert sum(line.startswith(("refused", "unresolved")) for line in lines) == 6
+    assert sum(line.startswith(("refused", "unresolved")) for line in lines) == 8
 
 
 async def test_a_session_in_mode_none_has_only_loopback_and_no_egress(
