@@ -15,7 +15,6 @@ import asyncio
 import base64
 import contextlib
 import ipaddress
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +24,12 @@ from hypothesis import strategies as st
 
 from orchestrator.backend.network_log import parse_log
 from orchestrator.worker.egress_proxy import MAX_HEAD_BYTES, Proxy, Settings, chunk_size
+from tests.unit.test_egress_proxy import _client_hello
 
 TOKEN = "fuzz-token"
 AUTH = "Proxy-Authorization: Basic " + base64.b64encode(f"sandbox:{TOKEN}".encode()).decode()
 # Every wait of one input is bounded by this: the proxy's own bounds are set below it.
 INPUT_TIMEOUT = 5.0
-
-
-def _client_hello(server_hostname: str) -> bytes:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
-    with contextlib.suppress(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
 
 
 HELLO_RIGHT = _client_hello("localhost")
