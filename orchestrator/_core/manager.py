@@ -85,6 +85,9 @@ class SessionManager:
         self, config: OrchestratorConfig | None = None, *, backend: Backend | None = None
     ) -> None:
         self.config = config or OrchestratorConfig()
+        # A backend made here is closed here (its engine connections); a given one is the
+        # caller's, who may share it.
+        self._owns_backend = backend is None
         self.backend = backend or _docker_backend()
         self._image = self.config.image
         # Templates by name (read on first use, again on reload) and the image of each that is
@@ -220,6 +223,9 @@ class SessionManager:
             self._audit = None
         # Outside the scopes above: the task group must be exited as the innermost scope.
         await self._exit_stack.aclose()
+        if self._owns_backend:
+            with anyio.CancelScope(shield=True):
+                await self.backend.aclose()
 
     async def _leave_for_next_start(self, session: Session) -> None:
         """Shut down without ending: the container and its worker stay, the registry keeps the

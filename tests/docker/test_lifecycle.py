@@ -182,3 +182,29 @@ async def test_a_container_killed_under_a_cell_ends_the_call_and_the_session(
     orch: Orchestrator,
 ) -> None:
     await assert_a_stopped_container_ends_the_call(orch, "default")
+
+
+def _engine_sockets() -> int:
+    """This process's sockets: the Docker SDK's connections to the engine among them."""
+    import os
+
+    kinds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            kinds.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    return sum(kind.startswith("socket:") for kind in kinds)
+
+
+async def test_an_orchestrator_closes_the_engine_connections_it_opened(
+    worker_image: ImageBuildResult,
+) -> None:
+    """One made without a backend makes its own and closes it: started and stopped three
+    times, the process holds no more sockets than before (each run left a dozen open before)."""
+    before = _engine_sockets()
+    for _ in range(3):
+        async with Orchestrator(config(worker_image.tag)) as orch:
+            made = await orch.call("python_repl", {"operation": "execute", "code": "1"})
+            assert made.structured["success"]
+    assert _engine_sockets() <= before
