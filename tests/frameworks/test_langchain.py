@@ -10,15 +10,9 @@ the interpreter), and ``langchain_driver.py`` runs each agent loop in it."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
-import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,49 +27,20 @@ from tests.frameworks.conftest import (
     every_operation,
     every_tool_field,
 )
+from tests.pinned_venv import pinned_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 PINS = ("langchain-mcp-adapters==0.3.2", "langchain-core==1.8.1", "mcp==1.30.0")
 DRIVER = Path(__file__).with_name("langchain_driver.py")
-# Making the virtualenv: ~20 s from PyPI on the CI machine; bounded well past that.
-INSTALL_TIMEOUT = 600
 # Every call is a process of its own (spawn, initialize, forward to serve).
 DRIVER_TIMEOUT = 2 * SCENARIO_TIMEOUT
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """One test run at a time makes the virtualenv; the others wait and reuse it."""
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
 def langchain_python() -> Path:
     """The interpreter of a virtualenv with ``PINS``, made once and kept for later runs."""
-    key = hashlib.sha256(repr((PINS, sys.version)).encode()).hexdigest()[:16]
-    root = Path(tempfile.gettempdir()) / "sandhold-test-venvs"
-    root.mkdir(exist_ok=True)
-    venv = root / f"langchain-{key}"
-    python = venv / "bin" / "python"
-    with locked(root / f"langchain-{key}.lock"):
-        if not (venv / "ready").exists():
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-            installed = subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", *PINS],
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT,
-            )
-            if installed.returncode != 0:
-                pytest.fail(f"could not install {PINS}: {installed.stderr[-2000:]}", pytrace=False)
-            (venv / "ready").touch()
-    return python
+    return pinned_python("langchain", PINS)
 
 
 def connect_front(served: Served, task: str) -> dict[str, Any]:
