@@ -218,7 +218,12 @@ async def test_tenant_add_makes_a_key_that_serve_accepts_from_the_default_tenant
     assert key not in (data_dir / "tenants.toml").read_text()
     listed = sandhold(data_dir, "tenant", "list", "--json")
     assert json.loads(listed.stdout) == [
-        {"name": "ci-team", "policies": ["default"], "quotas": {"sessions": 1}}
+        {
+            "name": "ci-team",
+            "policies": ["default"],
+            "quotas": {"sessions": 1},
+            "egress_allow": None,
+        }
     ]
     assert key not in listed.stdout and "key_sha256" not in listed.stdout
 
