@@ -55,6 +55,11 @@ TICK = 1.0
 MAX_RULE_CHARS = 64
 # An HTTP method: a token (RFC 9110), and no real one is longer than this.
 _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
+# A request target: visible ASCII only (RFC 9112 has no space, control or non-ASCII byte in
+# one; clients percent-encode). A bare CR or LF let through here would reach the upstream as a
+# line break of the proxy's own head, before the ``Host`` the proxy writes.
+_TARGET = re.compile(r"[\x21-\x7e]+")
+_VERSIONS = frozenset({"HTTP/1.0", "HTTP/1.1"})
 # A header line: a token, a colon right after it, a value without control characters (a bare
 # CR or LF, a NUL, a folded line or a space before the colon is refused: servers read those
 # differently from one another, which is how requests are smuggled past a proxy).
@@ -149,6 +154,24 @@ def normalize_host(host: str) -> str:
     if not set(host) <= allowed:
         raise Refused("bad_request", 400)
     return host
+
+
+def request_line(line: str, attempt: Attempt) -> tuple[str, str, str]:
+    """The method, target and version of a request line, each checked whole (the version is
+    forwarded as it came, the target's path too); ``Refused`` for any other line. A method that
+    is not a token is logged as "?": anything else in the log line (a control byte, 16 KiB of
+    it) would make the orchestrator's reader drop the entry."""
+    parts = line.split(" ")
+    if len(parts) != 3:
+        raise Refused("bad_request", 400)
+    method, target, version = parts
+    if not _METHOD.fullmatch(method):
+        attempt.method = "?"
+        raise Refused("bad_request", 400)
+    attempt.method = method
+    if not _TARGET.fullmatch(target) or version not in _VERSIONS:
+        raise Refused("bad_request", 400)
+    return method, target, version
 
 
 def split_host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -353,16 +376,7 @@ class Proxy:
         s = self.settings
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            raise Refused("bad_request", 400)
-        method, target, version = parts
-        if not _METHOD.fullmatch(method):
-            # Logged as "?": a method is a short token, and anything else in the log line (a
-            # control byte, 16 KiB of it) would make the orchestrator's reader drop the entry.
-            attempt.method = "?"
-            raise Refused("bad_request", 400)
-        attempt.method = method
+        method, target, version = request_line(lines[0], attempt)
         authority, framing = "", None
         if method == "CONNECT":
             attempt.host, attempt.port = split_host_port(target, 443)

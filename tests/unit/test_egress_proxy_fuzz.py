@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import ipaddress
+import re
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,7 @@ def _check_log(proxy: Proxy, made_attempt: bool) -> list[dict[str, Any]]:
 def _forwarded_request(raw: bytes, port: int) -> tuple[list[str], bytes]:
     head, sep, rest = raw.partition(b"\r\n\r\n")
     assert sep, raw[:200]
+    assert not re.search(rb"[\r\n]", head.replace(b"\r\n", b"")), head  # no bare CR or LF
     lines = head.decode("latin-1").split("\r\n")
     hosts = [line for line in lines[1:] if line.split(":", 1)[0].strip().lower() == "host"]
     assert hosts == [f"Host: localhost:{port}"], lines
@@ -191,6 +193,28 @@ targets = st.sampled_from(
      "localhost:{port}", "http://other.example/", "http://127.0.0.1:{port}/",
      "http://[::1]:{port}/", "/relative", "http://user@localhost:{port}/"]
 )  # fmt: skip
+# What a client could slip into a request line to make a proxy that forwards it whole write a
+# line of the client's: bare line breaks (a header after them), other control bytes, non-ASCII.
+INJECTED = st.sampled_from(
+    ["\n", "\r", "\nHost:evil.example", "\rHost:evil.example", "\r\nHost:evil.example",
+     "\t", "\x00", "\x0b", "\x0c", "\x7f", "\x85", "\xa0", "\xff"]
+)  # fmt: skip
+
+
+def _inject(target: str, junk: str, at: int) -> str:
+    at %= len(target) + 1
+    return target[:at] + junk + target[at:]
+
+
+# An allowed target with something injected at any place of it.
+injected_targets = st.builds(
+    _inject,
+    st.sampled_from(["http://localhost:{port}/x", "localhost:{port}"]),
+    INJECTED,
+    st.integers(min_value=0),
+)
+# The request line the proxy sends up for an allowed plain request: nothing but its own parts.
+FORWARDED_LINE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32} /[\x21-\x7e]* HTTP/1\.[01]")
 bodies = st.sampled_from(
     [b"", b"hello", b"5\r\nhello\r\n0\r\n\r\n", b"5\r\nhello\r\n0\r\nX: y\r\n\r\n",
      b"zz\r\nbad\r\n", b"hello" + b"GET http://other.example/ HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -203,7 +227,8 @@ def _exchange_and_check(
     pipelined: bool,
 ) -> None:  # fmt: skip
     def make(port: int) -> bytes:
-        head = f"{method} {target.format(port=port)} {version}\r\n"
+        # Replaced, not formatted: an injected byte may have landed inside the placeholder.
+        head = f"{method} {target.replace('{port}', str(port))} {version}\r\n"
         head += "".join(h + "\r\n" for h in headers) + "\r\n"
         extra = f"GET http://other.example/ HTTP/1.1\r\n{AUTH}\r\n\r\n" if pipelined else ""
         return head.encode("latin-1") + body + extra.encode()
@@ -223,7 +248,9 @@ def _exchange_and_check(
         assert not forwarded or forwarded[0].startswith(HELLO_RIGHT)
         return
     lines, rest = _forwarded_request(forwarded[0], port)
-    assert lines[0].startswith(f"{method} /")
+    # The request line went up whole and as one line: a bare CR or LF in the client's (in its
+    # target or after its version) would have put a line of the client's before the proxy's.
+    assert FORWARDED_LINE.fullmatch(lines[0]) and lines[0].startswith(f"{method} /"), lines[0]
     # What follows the framed body (a pipelined request, smuggled bytes) never goes up; bytes
     # inside it do, as body, which the server reads as body too.
     _assert_body_is_framed(lines, rest)
@@ -232,12 +259,14 @@ def _exchange_and_check(
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-versions = st.sampled_from(["HTTP/1.1"] * 4 + ["HTTP/1.0", "HTTP/2"])
+versions = st.sampled_from(
+    ["HTTP/1.1"] * 4 + ["HTTP/1.0", "HTTP/2", "HTTP/1.2", "HTTP/1.", "http/1.1", "HTTP/1.10"]
+) | st.builds(str.__add__, st.sampled_from(["HTTP/1.1", "HTTP/1.0"]), INJECTED)
 
 
 @settings(FUZZ, max_examples=250)
-@given(method=methods, target=targets, version=versions, headers=header_lines, body=bodies,
-       pipelined=st.booleans())  # fmt: skip
+@given(method=methods, target=targets | injected_targets, version=versions, headers=header_lines,
+       body=bodies, pipelined=st.booleans())  # fmt: skip
 def test_any_request_is_answered_bounded_logged_and_forwards_only_what_was_checked(
     tmp_path: Path, method: str, target: str, version: str, headers: list[str], body: bytes,
     pipelined: bool,
@@ -314,4 +343,37 @@ def test_a_method_that_is_not_a_token_is_refused_and_logged_readably(
 
     answer, received, proxy, _ = _run(tmp_path, make)
     assert answer.startswith(b"HTTP/1.1 400") and not any(received)
+    assert _check_log(proxy, made_attempt=True)[0]["rule"] == "bad_request"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A line break after the version: the upstream would read the client's Host first
+        # (no space in it, so that the line still splits in three).
+        "GET http://localhost:{port}/ HTTP/1.1\nHost:evil.example",
+        "GET http://localhost:{port}/ HTTP/1.1\rHost:evil.example",
+        # A line break in the path (no space, so the line still splits in three).
+        "GET http://localhost:{port}/a\nHost:evil.example HTTP/1.1",
+        "GET http://localhost:{port}/a\rHost:evil.example HTTP/1.1",
+        # Other control bytes and non-ASCII in the path.
+        "GET http://localhost:{port}/a\tb HTTP/1.1",
+        "GET http://localhost:{port}/a\x00b HTTP/1.1",
+        "GET http://localhost:{port}/a\x7fb HTTP/1.1",
+        "GET http://localhost:{port}/a\xffb HTTP/1.1",
+        # A version that is not exactly HTTP/1.0 or HTTP/1.1.
+        "GET http://localhost:{port}/ HTTP/1.2",
+        "GET http://localhost:{port}/ HTTP/1.10",
+        "GET http://localhost:{port}/ HTTP/1.",
+        "GET http://localhost:{port}/ HTTP/1.1\x0b",
+    ],
+)
+def test_a_request_line_with_a_control_byte_or_an_unknown_version_is_refused_and_not_forwarded(
+    tmp_path: Path, line: str
+) -> None:
+    def make(port: int) -> bytes:
+        return (line.format(port=port) + f"\r\n{AUTH}\r\n\r\n").encode("latin-1")
+
+    answer, received, proxy, _ = _run(tmp_path, make)
+    assert answer.startswith(b"HTTP/1.1 400") and not any(received), (answer, received)
     assert _check_log(proxy, made_attempt=True)[0]["rule"] == "bad_request"
