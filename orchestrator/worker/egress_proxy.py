@@ -67,6 +67,28 @@ _HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\x00-\x08\x0a-\x1f\x7f]*")
 METADATA = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 )
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# IANA's IPv6 special-purpose registry, within global unicast (everything outside it is refused
+# already), written out rather than read from ``ipaddress``: its tables differ between Python
+# versions (3.11 passes 6to4 as global), and the proxy runs on the image's Python.
+_SPECIAL_IPV6 = tuple(
+    ipaddress.IPv6Network(block)
+    for block in (
+        "2001::/23",  # IETF protocol assignments: Teredo (2001::/32), benchmarking, ORCHID, AMT
+        "2001:db8::/32",  # documentation
+        "2002::/16",  # 6to4
+        "2620:4f:8000::/48",  # AS112 direct delegation
+        "3fff::/20",  # documentation
+        "5f00::/16",  # SRv6 segment identifiers
+    )
+)
+# Forms whose last 32 bits are an IPv4 address (the IPv4-mapped one aside, handled whole):
+# IPv4-compatible (deprecated), IPv4-translated (SIIT), NAT64's well-known and local-use
+# prefixes (RFC 6052, ``/96`` form).
+_CARRY_LOW_32 = tuple(
+    ipaddress.IPv6Network(block)
+    for block in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48")
+)
 
 
 class Refused(Exception):
@@ -131,16 +153,40 @@ def match_rule(mode: str, allow: list[str], host: str, port: int) -> str | None:
     return None
 
 
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries, by the forms that carry one: IPv4-mapped,
+    -compatible and -translated (``::ffff:a.b.c.d``, ``::a.b.c.d``, ``::ffff:0:a.b.c.d``),
+    NAT64 (RFC 6052's ``/96`` form), 6to4 (``2002:AABB:CCDD::``) and Teredo (its server and
+    its client). Whatever reaches one of these reaches the IPv4 address in it."""
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    found = [low] if any(ip in net for net in _CARRY_LOW_32) else []
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
 def address_refused(
     address: str, permit: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
 ) -> bool:
+    """Whether the proxy must not connect to ``address``: the metadata address always; an
+    operator's permitted range never otherwise; IPv4 that is not global (or is multicast); IPv6
+    outside global unicast or in any special-purpose block (IANA's registry), and IPv6 carrying
+    an IPv4 address that is refused itself (judged first, so a permitted IPv6 range does not
+    pass the loopback address inside it)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # the IPv4 address itself, on a dual-stack socket
+            return address_refused(str(ip.ipv4_mapped), permit)
+        if any(address_refused(str(v4), permit) for v4 in embedded_ipv4(ip)):
+            return True
     if ip in METADATA:
         return True
     if any(ip in net for net in permit):
         return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        return ip not in _GLOBAL_UNICAST or any(ip in net for net in _SPECIAL_IPV6)
     return not ip.is_global or ip.is_multicast
 
 

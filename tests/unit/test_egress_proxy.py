@@ -76,11 +76,66 @@ def test_loopback_private_link_local_multicast_and_metadata_are_refused(address:
     assert address_refused(address, [])
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        "::7f00:1",  # IPv4-compatible: 127.0.0.1
+        "::a9fe:a9fe",  # IPv4-compatible: 169.254.169.254
+        "::808:808",  # IPv4-compatible with a public IPv4: deprecated, outside global unicast
+        "::ffff:0:7f00:1",  # IPv4-translated: 127.0.0.1
+        "::ffff:0:a00:1",  # IPv4-translated: 10.0.0.1
+        "::ffff:0:808:808",  # IPv4-translated, public: outside global unicast
+        "64:ff9b::a9fe:a9fe",  # NAT64 well-known prefix: 169.254.169.254
+        "64:ff9b::7f00:1",  # NAT64: 127.0.0.1
+        "64:ff9b::808:808",  # NAT64 with a public IPv4: outside global unicast
+        "64:ff9b:1::a00:1",  # NAT64 local-use prefix
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+        "2002:808:808::1",  # 6to4 of a public IPv4: the 6to4 block itself is special-purpose
+        "2001:0:7f00:1::1",  # Teredo whose server is 127.0.0.1
+        "2001:0:808:808::80ff:fef5",  # Teredo whose client is 127.0.1.10 (stored inverted)
+        "2001:0:808:808::f7f7:f7f7",  # Teredo between public IPv4s: the block is refused
+        "2001:2::1",  # benchmarking
+        "2001:20::1",  # ORCHIDv2
+        "2001:db8::1",  # documentation
+        "3fff::1",  # documentation (2024)
+        "5f00::1",  # SRv6 segment identifiers
+        "2620:4f:8000::1",  # AS112
+        "100::1",  # discard-only
+        "::",  # unspecified
+        "ff0e::1",  # global multicast
+        "fec0::1",  # site-local (deprecated), outside global unicast
+        "4000::1",  # unassigned, outside global unicast
+    ],
+)
+def test_ipv6_outside_global_unicast_special_purpose_or_carrying_ipv4_is_refused(
+    address: str,
+) -> None:
+    assert address_refused(address, [])
+
+
+def test_an_ipv6_form_carrying_a_refused_ipv4_is_refused_even_in_a_permitted_ipv6_range() -> None:
+    import ipaddress
+
+    nat64 = [ipaddress.ip_network("64:ff9b::/96")]  # an operator's NAT64, permitted
+    assert not address_refused("64:ff9b::808:808", nat64)
+    assert address_refused("64:ff9b::7f00:1", nat64)
+    assert address_refused("64:ff9b::a9fe:a9fe", nat64)
+    sixtofour = [ipaddress.ip_network("2002::/16")]
+    assert address_refused("2002:a00:1::1", sixtofour)
+    # A permitted IPv4 range is reached by its IPv4-mapped form too (a dual-stack resolver).
+    internet = [ipaddress.ip_network("172.18.0.0/16")]
+    assert not address_refused("::ffff:172.18.0.5", internet)
+    assert address_refused("::ffff:172.19.0.5", internet)
+
+
 def test_a_public_address_passes_and_a_permitted_range_passes_but_never_the_metadata_one() -> None:
     import ipaddress
 
     assert not address_refused("8.8.8.8", [])
     assert not address_refused("2606:4700::1111", [])
+    assert not address_refused("2001:4860:4860::8888", [])  # 2001:4860:: is not 2001::/23
+    assert not address_refused("::ffff:8.8.8.8", [])
     permit = [ipaddress.ip_network("172.18.0.0/16"), ipaddress.ip_network("169.254.0.0/16")]
     assert not address_refused("172.18.0.5", permit)
     assert address_refused("169.254.169.254", permit)
