@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
+from typing import TYPE_CHECKING
 
-import typer
+from orchestrator.cli._front import front_options, run_front
+
+if TYPE_CHECKING:
+    import typer
 
 __all__ = ["main"]
 
@@ -33,36 +38,43 @@ COMMANDS = (
     ("shell", "orchestrator.cli.shell", "shell"),
 )
 
-app = typer.Typer(
-    name="sandhold",
-    help="Container-isolated Python sandboxes.",
-    no_args_is_help=True,
-    add_completion=False,
-)
 
+def _app() -> typer.Typer:
+    """The app with its global options (typer is imported here: ``mcp --connect`` starts
+    without it)."""
+    import typer
 
-def _print_version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
+    app = typer.Typer(
+        name="sandhold",
+        help="Container-isolated Python sandboxes.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
 
-        try:
-            typer.echo(f"sandhold {version('sandhold')}")
-        except PackageNotFoundError:
-            typer.echo("sandhold (not installed as a package)")
-        raise typer.Exit()
+    def _print_version(value: bool) -> None:
+        if value:
+            from importlib.metadata import PackageNotFoundError, version
 
+            try:
+                typer.echo(f"sandhold {version('sandhold')}")
+            except PackageNotFoundError:
+                typer.echo("sandhold (not installed as a package)")
+            raise typer.Exit()
 
-@app.callback()
-def _options(
-    show_version: bool = typer.Option(
-        False, "--version", is_eager=True, callback=_print_version, help="Print the version."
-    ),
-) -> None:
-    """Container-isolated Python sandboxes."""
+    @app.callback()
+    def _options(
+        show_version: bool = typer.Option(
+            False, "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
+    ) -> None:
+        """Container-isolated Python sandboxes."""
+
+    return app
 
 
 def register(only: str | None = None) -> typer.Typer:
-    """``app`` with every command and group, or only the one named ``only`` (when known)."""
+    """The app with every command and group, or only the one named ``only`` (when known)."""
+    app = _app()
     known = {name for name, _, _ in (*GROUPS, *COMMANDS)}
     wanted = only if only in known else None
     for name, module, attribute in GROUPS:
@@ -80,15 +92,22 @@ def _migrate_data_dir() -> None:
     try:
         moved = migrate_legacy_data_dir()
     except OSError as exc:
-        typer.echo(f"sandhold: could not move the old data directory: {exc}", err=True)
+        print(f"sandhold: could not move the old data directory: {exc}", file=sys.stderr)
         return
     if moved is not None:
-        typer.echo(f"sandhold: moved the data directory of the old name to {moved}", err=True)
+        print(f"sandhold: moved the data directory of the old name to {moved}", file=sys.stderr)
 
 
 def main() -> None:
     """Console script entry point."""
     _migrate_data_dir()
+    front = front_options(sys.argv[1:], os.environ)
+    if front is not None:  # before typer is imported: see orchestrator.cli._front
+        status = run_front(front)
+        gc.freeze()  # as below
+        sys.exit(status)
+    import typer
+
     try:
         register(sys.argv[1] if len(sys.argv) > 1 else None)()
     except KeyboardInterrupt:

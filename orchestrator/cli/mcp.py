@@ -12,10 +12,11 @@ Settings from the environment: those of ``OrchestratorConfig.from_env`` (``SANDH
 background, drained after ``--pool-idle`` seconds without a take), as ``sandhold serve`` keeps.
 
 ``--connect URL`` (or ``SANDHOLD_CONNECT``) serves no sessions of its own: it forwards every call to
-the ``sandhold serve`` at URL (``orchestrator.mcp_forward``) with ``--key`` / ``SANDHOLD_API_KEY``
-(default: the local tenant's key in the data directory) and ``--task`` / ``SANDHOLD_TASK``, so
-sessions outlive this process. It needs no engine and no image; EOF and the stop signals end it at
-once.
+the ``sandhold serve`` at URL (``orchestrator.mcp_server.forward``) with ``--key`` /
+``SANDHOLD_API_KEY`` (default: the local tenant's key in the data directory) and ``--task`` /
+``SANDHOLD_TASK``, so sessions outlive this process. It needs no engine and no image; EOF and the
+stop signals end it at once. With only those options it starts without typer
+(``orchestrator.cli._front``): a client may start one such process per call.
 
 The first frame is read before anything slow is imported, and an ``initialize`` is answered at
 once (``orchestrator.mcp_server.handshake``); the imports that serving needs are made inside the
@@ -41,7 +42,6 @@ from orchestrator.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from orchestrator._api import Orchestrator
     from orchestrator._core.config import OrchestratorConfig
-    from orchestrator.mcp_server.forward import RemoteSandhold
     from orchestrator.mcp_server.handshake import EarlyAnswer
     from orchestrator.tools import ToolResult
 
@@ -85,6 +85,14 @@ def mcp(
     ] = None,
     pool: PoolOption = None,
     pool_idle: PoolIdleOption = DEFAULT_POOL_IDLE,
+    tools: Annotated[
+        str,
+        typer.Option(
+            envvar="SANDHOLD_TOOLS",
+            help="Tool set to list: `all` (every tool and operation) or `agent` (execute, "
+            "shell run, files read/write/list, session create: a list a third the size).",
+        ),
+    ] = "all",
 ) -> None:
     """Serve the sandbox tools over MCP (stdio) until stdin ends or a signal stops it."""
     from orchestrator.mcp_server.handshake import answer_initialize_early
@@ -96,37 +104,35 @@ def mcp(
     with reported_errors():
         if connect and policy:
             raise InvalidArgumentError("--policy does not apply with --connect: name one per call")
+        if connect and tools != "all":
+            raise InvalidArgumentError(
+                "--tools does not apply with --connect: the server lists its tools"
+            )
         # Before anything slow is imported: the client is answered while the rest loads.
         early = answer_initialize_early()
         if connect:
-            serve = _forwarding(connect, key, task, early)
+            from orchestrator.cli._front import forward
+
+            stopped_by = forward(connect, key, task, early)
         else:
-            serve = _serving(policy, early, pool, pool_idle)
-        stopped_by = anyio.run(_serve_until_stopped, serve)
+            serve = _serving(policy, early, pool, pool_idle, tools)
+            stopped_by = anyio.run(_serve_until_stopped, serve)
     if stopped_by is not None:
         raise typer.Exit(128 + stopped_by)
 
 
 def _serving(
-    policy: str | None, early: EarlyAnswer, pool: int | None, pool_idle: float
+    policy: str | None, early: EarlyAnswer, pool: int | None, pool_idle: float, tools: str
 ) -> Callable[[], Awaitable[None]]:
     from orchestrator._core.config import OrchestratorConfig
     from orchestrator.policy.model import load_policy
+    from orchestrator.tools import tool_set
 
+    tool_set(tools)  # an unknown set fails here, naming the sets there are
     config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
     config = config.side_by_side("mcp", adopt=True).with_default_pool(pool, pool_idle)
     load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
-    return lambda: _serve(config, early)
-
-
-def _forwarding(
-    url: str, key: str | None, task: str | None, early: EarlyAnswer
-) -> Callable[[], Awaitable[None]]:
-    from orchestrator.cli.call import resolve_key
-    from orchestrator.mcp_server.forward import RemoteSandhold
-
-    remote = RemoteSandhold(url, key=resolve_key(key), task=task)
-    return lambda: _forward(remote, early)
+    return lambda: _serve(config, early, tools)
 
 
 async def _serve_until_stopped(serve: Callable[[], Awaitable[None]]) -> int | None:
@@ -154,7 +160,7 @@ async def _serve_until_stopped(serve: Callable[[], Awaitable[None]]) -> int | No
     return received[0] if received else None
 
 
-async def _serve(config: OrchestratorConfig, early: EarlyAnswer) -> None:
+async def _serve(config: OrchestratorConfig, early: EarlyAnswer, tools: str) -> None:
     """Answer ``initialize`` first, then start the orchestrator while the client lists tools:
     calls wait for it. A failed start ends serving with its error, as before serving began."""
     from orchestrator.mcp_server.server import serve_stdio
@@ -163,7 +169,9 @@ async def _serve(config: OrchestratorConfig, early: EarlyAnswer) -> None:
     answered = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(_run_orchestrator, config, starting, answered)
-        await serve_stdio(starting, tenant=config.tenant, answered=answered, early=early)
+        await serve_stdio(
+            starting, tenant=config.tenant, tools=tools, answered=answered, early=early
+        )
         log.info("stdin closed")
         starting.stop()
 
@@ -217,11 +225,3 @@ def _import_orchestrator() -> None:
     import orchestrator._api
     import orchestrator.backend.docker
     import orchestrator.images  # noqa: F401
-
-
-async def _forward(remote: RemoteSandhold, early: EarlyAnswer) -> None:
-    from orchestrator.mcp_server.forward import serve_stdio_forwarding
-
-    log.info("serving MCP on stdio, forwarding to %s", remote.endpoint)
-    await serve_stdio_forwarding(remote, early=early)
-    log.info("stdin closed")

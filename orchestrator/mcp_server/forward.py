@@ -1,45 +1,51 @@
 """``sandhold mcp --connect URL``: MCP on stdio in front of a running ``sandhold serve``. Every
-``tools/list`` and ``tools/call`` goes to the server's ``/mcp`` endpoint with an API key, and its
-answer (or its JSON-RPC error) comes back unchanged; sessions live in the server, so they outlive
-the stdio process. This is the set-up for clients that start a server per call
-(langchain-mcp-adapters' ``get_tools()``): each process is cheap (no engine, no image, no
-orchestrator), and the second one finds the sessions the first one made.
+request line from the client is POSTed to the server's ``/mcp`` endpoint with an API key, and every
+JSON-RPC message of its answer (progress notifications, then the result or error) is written back
+unchanged; sessions live in the server, so they outlive the stdio process. This is the set-up for
+clients that start a server per call (langchain-mcp-adapters' ``get_tools()``), so a process must
+cost little: standard library only, no MCP SDK, no event loop (issue 32: the SDK's import alone
+made a call cost ~0.7 s; bench/mcp_connect.py measures it).
 
 Public API:
 
-- ``RemoteSandhold(url, *, key, task=None)``: the calls, one MCP client connection per call over a
-  shared HTTP connection pool. A call that cannot reach the server answers the tool contract's
-  ``backend_unavailable`` (``isError``), so the front keeps serving while the server restarts.
-- ``serve_stdio_forwarding(remote)``: serve one stdio client through ``remote`` until EOF.
+- ``RemoteSandhold(url, *, key, task=None)``: one blocking ``post(message, on_message, call)``
+  per request, on a connection of its own that ``call.abort()`` (a ``Call``) closes from another
+  thread.
+- ``serve_stdio_forwarding(remote, *, early=None)``: serve one stdio client until EOF.
 - ``mcp_endpoint(url)``: ``http://host:port`` (or ``.../mcp``) as the endpoint URL.
 
-One client connection per call, not one for the process: the SDK's client ends itself on the
-first transport failure, and the server's MCP endpoint is stateless anyway (each POST is a fresh
-MCP connection there). After the first call the protocol version is known, so later calls adopt
-it without a discovery round trip.
+What is answered here rather than forwarded: ``initialize`` for the versions
+``mcp_server.handshake`` answers (the first one before this module was even imported; a client
+whose ``server/discover`` the server refused falls back to one), ``ping``, and the client's
+notifications: ``notifications/cancelled`` aborts the named request's connection (the server
+cancels the call, which interrupts its cell with state kept); the rest mean nothing to a stateless
+endpoint. A request the server cannot be reached for answers ``backend_unavailable`` (a
+``tools/call``, as a tool result with ``isError``) or a JSON-RPC internal error (anything else), so
+the front keeps serving while the server restarts.
+
+Invariants: one thread reads stdin; each request is served in a thread of its own, so a long
+cell never holds up a listing or a cancel; every write to stdout is one whole line under one
+lock, and none is made once stdin has ended (the client has closed its side and may already be
+gone: an answer written then is one it can no longer take). At EOF every request still in flight
+is aborted and the process ends without waiting for them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
+import os
+import socket
+import threading
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
 from orchestrator.errors import InvalidArgumentError
-from orchestrator.mcp_server.handshake import INSTRUCTIONS, SERVER_NAME, EarlyAnswer, server_version
-from orchestrator.mcp_server.server import run_stdio
-from orchestrator.tools._text import render_text
+from orchestrator.mcp_server.handshake import EarlyAnswer, initialize_reply, server_version
 
-__all__ = ["RemoteSandhold", "mcp_endpoint", "serve_stdio_forwarding"]
+__all__ = ["Call", "RemoteSandhold", "mcp_endpoint", "serve_stdio_forwarding"]
 
 # Reaching the server and sending a request take at most this long on any network a person
 # would point this at; an answer may take as long as its cell (see ``answer_timeout``).
@@ -50,7 +56,15 @@ ANSWER_TIMEOUT = 330.0
 ANSWER_MARGIN = 30.0
 # A timeout_s beyond a day is refused by every policy; no wait is made longer than that.
 MAX_TIMEOUT_S = 86_400.0
+# The server caps a reply well below this (the policies' per-reply caps); refuse to hold more.
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+# Stdin is read in chunks of this size; frames are split on newlines.
+STDIN_CHUNK_BYTES = 1 << 16
 TASK_HEADER = "X-Sandhold-Task"
+# The protocol version sent before a client has named one (any version the server speaks).
+DEFAULT_PROTOCOL_VERSION = "2025-06-18"
+INTERNAL_ERROR = -32603
+PARSE_ERROR = -32700
 
 
 def mcp_endpoint(url: str) -> str:
@@ -64,126 +78,274 @@ def mcp_endpoint(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def answer_timeout(arguments: dict[str, Any]) -> float:
-    """How long to wait for the answer to a call that may itself wait ``timeout_s``."""
-    given = arguments.get("timeout_s")
+def answer_timeout(message: dict[str, Any]) -> float:
+    """How long to wait through silence for the answer to ``message``, a call that may itself
+    wait its ``timeout_s``."""
+    params = message.get("params")
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    given = arguments.get("timeout_s") if isinstance(arguments, dict) else None
     if isinstance(given, int | float) and not isinstance(given, bool) and given > 0:
         return max(ANSWER_TIMEOUT, min(float(given), MAX_TIMEOUT_S) + ANSWER_MARGIN)
     return ANSWER_TIMEOUT
 
 
 class RemoteSandhold:
-    """The tools of the ``sandhold serve`` at ``url``, called with ``key`` (and ``task``, if
-    any)."""
+    """The ``/mcp`` endpoint of the ``sandhold serve`` at ``url``, called with ``key`` (and
+    ``task``, if any)."""
 
     def __init__(self, url: str, *, key: str, task: str | None = None) -> None:
         self.endpoint = mcp_endpoint(url)
-        self._headers = {"Authorization": f"Bearer {key}"}
+        parts = urllib.parse.urlsplit(self.endpoint)
+        self._https = parts.scheme == "https"
+        self._netloc = parts.netloc
+        self._path = parts.path
+        self._headers = {
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
         if task:
             self._headers[TASK_HEADER] = task
-        self._http: httpx2.AsyncClient | None = None
-        self._mode = "auto"
+        self.protocol_version = DEFAULT_PROTOCOL_VERSION
 
-    @contextlib.asynccontextmanager
-    async def open(self) -> AsyncIterator[RemoteSandhold]:
-        """The HTTP connection pool, for as long as the front serves."""
-        timeout = httpx2.Timeout(CONNECT_TIMEOUT, read=None)  # reads: bounded per call
-        async with httpx2.AsyncClient(headers=self._headers, timeout=timeout) as http:
-            self._http = http
-            try:
-                yield self
-            finally:
-                self._http = None
-
-    async def list_tools(self) -> types.ListToolsResult:
+    def post(
+        self,
+        message: dict[str, Any],
+        on_message: Callable[[dict[str, Any]], None],
+        call: Call | None = None,
+    ) -> None:
+        """POST one request; hand each JSON-RPC message of the answer to ``on_message``. Raises
+        ``OSError`` (or ``http.client.HTTPException``) when the server cannot be reached or the
+        answer breaks off, and when ``call`` was aborted."""
+        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        connection = kind(self._netloc, timeout=CONNECT_TIMEOUT)
         try:
-            async with self._client() as client:
-                return await client.list_tools()
-        except Exception as exc:
-            failure = _leaf(exc)
-            if _is_transport(failure):
-                raise MCPError(types.INTERNAL_ERROR, self._cannot_reach(failure)) from None
-            raise failure from None
+            headers = {**self._headers, "MCP-Protocol-Version": self.protocol_version}
+            connection.request("POST", self._path, json.dumps(message).encode(), headers)
+            if call is not None:
+                call.attach(connection)
+            if connection.sock is not None:
+                connection.sock.settimeout(answer_timeout(message))
+            response = connection.getresponse()
+            for answer in _messages(response):
+                on_message(answer)
+        finally:
+            connection.close()
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        try:
-            async with self._client() as client:
-                timeout = answer_timeout(arguments)
-                return await client.call_tool(name, arguments, read_timeout_seconds=timeout)
-        except Exception as exc:
-            failure = _leaf(exc)
-            if _is_transport(failure):
-                return self._unavailable(name, arguments, failure)
-            raise failure from None
-
-    @contextlib.asynccontextmanager
-    async def _client(self) -> AsyncIterator[Client]:
-        if self._http is None:
-            raise RuntimeError("RemoteSandhold.open() must be entered first")
-        transport = streamable_http_client(self.endpoint, http_client=self._http)
-        async with Client(transport, mode=self._mode) as client:
-            if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                self._mode = client.protocol_version
-            yield client
-
-    def _cannot_reach(self, exc: Exception) -> str:
+    def cannot_reach(self, exc: BaseException) -> str:
         return f"cannot reach sandhold at {self.endpoint}: {exc or type(exc).__name__}"
 
-    def _unavailable(
-        self, name: str, arguments: dict[str, Any], exc: Exception
-    ) -> types.CallToolResult:
-        operation = arguments.get("operation")
-        structured = {
-            "success": False,
-            "operation": operation if isinstance(operation, str) else None,
-            "error_type": "backend_unavailable",
-            "error_message": self._cannot_reach(exc),
-        }
-        return types.CallToolResult(
-            content=[types.TextContent(text=render_text(name, structured))],
-            structured_content=structured,
-            is_error=True,
-        )
+
+class Call:
+    """One request in flight; ``abort()`` (from any thread) closes its connection, which ends
+    the wait for its answer here and cancels the call in the server."""
+
+    def __init__(self) -> None:
+        self.aborted = False
+        self._connection: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def attach(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._connection = connection
+            if self.aborted:
+                _shut(connection)
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            if self._connection is not None:
+                _shut(self._connection)
 
 
-def _leaf(exc: Exception) -> Exception:
-    """The one failure inside the SDK's task-group exception groups: an MCP error from the
-    server then passes through as itself (the same JSON-RPC error a direct client gets)."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def _shut(connection: http.client.HTTPConnection) -> None:
+    if connection.sock is not None:
+        with contextlib.suppress(OSError):  # already closed by the other side
+            connection.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked reading it
 
 
-def _is_transport(exc: Exception) -> bool:
-    return isinstance(exc, httpx2.TransportError | OSError)
+def _messages(response: http.client.HTTPResponse) -> Iterator[Any]:
+    """The JSON-RPC messages of an answer: one JSON body, or the ``data`` of each SSE event."""
+    kind = response.getheader("Content-Type", "")
+    if not kind.startswith("text/event-stream"):
+        body = response.read(MAX_EVENT_BYTES + 1)
+        if not body:
+            return iter(())
+        if len(body) > MAX_EVENT_BYTES:
+            raise http.client.HTTPException("answer too large")
+        parsed = json.loads(body)
+        return iter(parsed if isinstance(parsed, list) else [parsed])
+    return _events(response)
 
 
-def build_forwarding_server(remote: RemoteSandhold) -> Server[Any]:
-    """An MCP server whose every listing and call is ``remote``'s."""
-
-    async def list_tools(
-        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return await remote.list_tools()
-
-    async def call_tool(
-        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        return await remote.call_tool(params.name, params.arguments or {})
-
-    return Server(
-        SERVER_NAME,
-        version=server_version(),
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+def _events(response: http.client.HTTPResponse) -> Iterator[Any]:
+    data: list[bytes] = []
+    size = 0
+    while line := response.readline(MAX_EVENT_BYTES + 1):
+        line = line.rstrip(b"\r\n")
+        if not line:
+            if data:
+                yield json.loads(b"\n".join(data))
+            data, size = [], 0
+        elif line.startswith(b"data:"):
+            data.append(line[5:].removeprefix(b" "))
+            size += len(line)
+            if size > MAX_EVENT_BYTES:
+                raise http.client.HTTPException("event too large")
+    if data:
+        yield json.loads(b"\n".join(data))
 
 
-async def serve_stdio_forwarding(
-    remote: RemoteSandhold, *, early: EarlyAnswer | None = None
+class _Front:
+    """One stdio client served through ``remote``."""
+
+    def __init__(self, remote: RemoteSandhold, early: EarlyAnswer, fd_in: int, fd_out: int):
+        self._remote = remote
+        self._early = early
+        self._fd_in = fd_in
+        self._fd_out = fd_out
+        self._write_lock = threading.Lock()
+        self._closed = False  # stdin ended: nothing more is written
+        self._calls: dict[Any, Call] = {}  # in flight, by request id
+        self._calls_lock = threading.Lock()
+
+    def serve(self) -> None:
+        for line in self._lines():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self._write(_error(None, PARSE_ERROR, "parse error: not JSON"))
+                continue
+            if isinstance(message, dict):
+                self._dispatch(message)
+        with self._write_lock:
+            self._closed = True
+        with self._calls_lock:
+            calls = list(self._calls.values())
+        for call in calls:
+            call.abort()
+
+    def _lines(self) -> Iterator[bytes]:
+        pending = self._early.consumed
+        while True:
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                if line.strip():
+                    yield line
+            chunk = os.read(self._fd_in, STDIN_CHUNK_BYTES)
+            if not chunk:
+                break
+            pending += chunk
+        if pending.strip():
+            yield pending
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        method, request_id = message.get("method"), message.get("id")
+        if not isinstance(method, str):
+            return  # a client's answer to a request of ours: none are made
+        if "id" not in message:
+            if method == "notifications/cancelled":
+                params = message.get("params")
+                cancelled = params.get("requestId") if isinstance(params, dict) else None
+                with self._calls_lock:
+                    call = self._calls.get(cancelled)
+                if call is not None:
+                    call.abort()
+            return
+        if request_id == self._early.request_id and method == "initialize":
+            self._adopt_version(message)
+            return  # answered before this module was imported
+        if method == "ping":
+            self._write({"jsonrpc": "2.0", "id": request_id, "result": {}})
+            return
+        if method == "initialize":
+            self._adopt_version(message)
+            early = initialize_reply(json.dumps(message).encode(), version=server_version())
+            if early is not None:  # a version answered without the server, as the first frame
+                self._write(json.loads(early[1]))
+                return
+        call = Call()
+        with self._calls_lock:
+            self._calls[request_id] = call
+        threading.Thread(target=self._forward, args=(message, call), daemon=True).start()
+
+    def _adopt_version(self, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        version = params.get("protocolVersion") if isinstance(params, dict) else None
+        if isinstance(version, str):
+            self._remote.protocol_version = version
+
+    def _forward(self, message: dict[str, Any], call: Call) -> None:
+        request_id = message.get("id")
+        answered = False
+
+        def on_message(answer: dict[str, Any]) -> None:
+            nonlocal answered
+            if "method" not in answer:  # the answer itself, not a notification on the way
+                answered = True
+                if answer.get("id") is None:  # a front-door refusal names no request
+                    answer = {**answer, "id": request_id}
+                answer = {k: answer[k] for k in ("jsonrpc", "id", "result", "error") if k in answer}
+            if not call.aborted:
+                self._write(answer)
+
+        try:
+            self._remote.post(message, on_message, call)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if not call.aborted and not answered:
+                self._write(_unavailable(message, self._remote.cannot_reach(exc)))
+        finally:
+            with self._calls_lock:
+                if self._calls.get(request_id) is call:
+                    del self._calls[request_id]
+
+    def _write(self, message: dict[str, Any]) -> None:
+        frame = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        with self._write_lock:
+            if self._closed:
+                return
+            view = memoryview(frame)
+            try:
+                while view:
+                    view = view[os.write(self._fd_out, view) :]
+            except OSError:  # the client has gone: nothing more can reach it
+                self._closed = True
+
+
+def _error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def _unavailable(message: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The answer to ``message`` when the server cannot be reached: for a tool call the tool
+    contract's ``backend_unavailable`` result, for anything else a JSON-RPC error."""
+    params = message.get("params")
+    if message.get("method") != "tools/call" or not isinstance(params, dict):
+        return _error(message.get("id"), INTERNAL_ERROR, reason)
+    arguments = params.get("arguments")
+    operation = arguments.get("operation") if isinstance(arguments, dict) else None
+    structured = {
+        "success": False,
+        "operation": operation if isinstance(operation, str) else None,
+        "error_type": "backend_unavailable",
+        "error_message": reason,
+    }
+    text = f"{params.get('name')}.{structured['operation']}: backend_unavailable\n"
+    text += f"error_message: {reason}"
+    result = {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": structured,
+        "isError": True,
+    }
+    return {"jsonrpc": "2.0", "id": message.get("id"), "result": result}
+
+
+def serve_stdio_forwarding(
+    remote: RemoteSandhold, *, early: EarlyAnswer | None = None, fd_in: int = 0, fd_out: int = 1
 ) -> None:
-    """Serve one MCP client on stdin/stdout through ``remote`` until stdin ends; ``early`` is
-    what ``mcp_handshake.answer_initialize_early`` read and answered already."""
-    async with remote.open():
-        await run_stdio(build_forwarding_server(remote), early=early)
+    """Serve one MCP client on ``fd_in``/``fd_out`` through ``remote`` until ``fd_in`` ends;
+    ``early`` is what ``handshake.answer_initialize_early`` read and answered already."""
+    _Front(remote, early or EarlyAnswer(), fd_in, fd_out).serve()
