@@ -13,6 +13,7 @@ change, codes may not.
     │   ├── RegistryError                  invalid_argument
     │   └── BodyTooLargeError              invalid_argument (HTTP 413)
     ├── SessionNotFoundError               session_not_found
+    │   └── SessionLostError               session_lost
     ├── PolicyViolationError               policy
     ├── QuotaExceededError                 quota_exceeded
     ├── BusyError                          busy
@@ -55,6 +56,7 @@ __all__ = [
     "ProcessCrashedError",
     "QuotaExceededError",
     "RegistryError",
+    "SessionLostError",
     "SessionNotFoundError",
     "SettingsFileError",
     "TemplateFileError",
@@ -66,6 +68,7 @@ __all__ = [
 ERROR_TYPES: Final = (
     "invalid_argument",
     "session_not_found",
+    "session_lost",
     "validation",
     "import_blocked",
     "timeout",
@@ -161,6 +164,21 @@ class SessionNotFoundError(OrchestratorError):
     """No session (or terminal, or process) with this id is visible to the caller."""
 
     code = "session_not_found"
+
+
+class SessionLostError(SessionNotFoundError):
+    """The caller's session ended without being asked to: its container stopped or vanished
+    (an engine restart, a kill from outside, a failed re-adoption); ``cause`` says which. Only
+    its owner is told; anyone else gets ``session_not_found`` as for any unknown id."""
+
+    code = "session_lost"
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "cause": self.cause}
 
 
 class PolicyViolationError(OrchestratorError):

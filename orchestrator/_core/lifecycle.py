@@ -59,19 +59,29 @@ def reap_interval(sessions: Iterable[Session], default_idle_s: float) -> float:
 
 
 class EndedSessions:
-    """Recently ended sessions per owner, so their owner gets the reason and a second
-    ``destroy`` succeeds; anyone else (another tenant, another task) still gets the plain
-    not-found answer."""
+    """Recently ended sessions per owner, so their owner gets the reason (and whether the
+    session was lost: its container died under it) and a second ``destroy`` succeeds; anyone
+    else (another tenant, another task) still gets the plain not-found answer."""
 
     def __init__(self, capacity: int = MAX_REMEMBERED_ENDINGS) -> None:
         self._capacity = capacity
-        # (tenant, session id) -> (owner task, reason)
-        self._reasons: OrderedDict[tuple[str, str], tuple[str | None, str]] = OrderedDict()
+        # (tenant, session id) -> (owner task, reason, lost)
+        self._reasons: OrderedDict[tuple[str, str], tuple[str | None, str, bool]] = OrderedDict()
 
-    def record(self, session: Session, reason: str) -> None:
-        self._reasons[(session.tenant, session.id)] = (session.task, reason)
+    def record(self, session: Session, reason: str, *, lost: bool = False) -> None:
+        self.record_ended(session.tenant, session.id, session.task, reason, lost=lost)
+
+    def record_ended(
+        self, tenant: str, session_id: str, task: str | None, reason: str, *, lost: bool
+    ) -> None:
+        self._reasons[(tenant, session_id)] = (task, reason, lost)
         while len(self._reasons) > self._capacity:
             self._reasons.popitem(last=False)
+
+    def lost(self, tenant: str, session_id: str, task: str | None) -> bool:
+        """Whether the caller's session (as ``reason`` would tell it) was lost."""
+        found = self._reasons.get((tenant, session_id))
+        return found is not None and (task is None or task == found[0]) and found[2]
 
     def reason(self, tenant: str, session_id: str, task: str | None) -> str | None:
         """Why the session ended, for a caller of ``tenant`` acting as ``task`` who could see

@@ -106,7 +106,7 @@ class SessionManager:
             self.backend,
             self._table,
             in_flight=self._in_flight,
-            end_session=self.end_session,
+            end_session=self.lose_session,
             adopted=self._apply_tenant_caps,
             metrics=self.metrics,
         )
@@ -759,8 +759,12 @@ class SessionManager:
         await self.end_session(session, "destroyed by its owner")
         return True
 
-    async def end_session(self, session: Session, reason: str) -> None:
-        if not self._table.remove(session, reason):
+    async def lose_session(self, session: Session, cause: str) -> None:
+        """End a session whose container died under it: its owner is told ``session_lost``."""
+        await self.end_session(session, cause, lost=True)
+
+    async def end_session(self, session: Session, reason: str, *, lost: bool = False) -> None:
+        if not self._table.remove(session, reason, lost=lost):
             return
         self.metrics.sessions_ended.labels(ending_kind(reason)).inc()
         log.info(

@@ -77,6 +77,7 @@ class Reconciler:
                 for c in containers
                 if c.id not in busy and c.labels.get(LABEL_SESSION) not in busy
             ]
+        by_id = {c.id: c for c in containers}
         decided = plan(records, containers)
         ending = {r.container_id for r in decided.forget} if not adopt else set()
         for container in decided.reap:
@@ -86,10 +87,12 @@ class Reconciler:
                 # At start: left by an earlier run and unknown to the registry (or stopped).
                 self._metrics.reaped.labels("unknown_at_start" if adopt else "orphan").inc()
         for record in decided.forget:
+            cause = loss_cause(by_id.get(record.container_id))
             if adopt:
                 registry.remove_session(record.id)
+                self._table.record_lost(record, cause)
             elif (session := self._table.sessions.get(record.id)) is not None:
-                await self._end_session(session, "its container stopped or disappeared")
+                await self._end_session(session, cause)
             report.forgotten.append(record.id)
         await self._backend.reap_egress(orchestrator_id, set() if adopt else self._in_flight())
         if adopt:
@@ -127,6 +130,7 @@ class Reconciler:
         except (OrchestratorError, TimeoutError) as exc:
             log.warning("session %s could not be re-adopted, reaping it: %s", record.id, exc)
             registry.remove_session(record.id)
+            self._table.record_lost(record, f"it could not be re-adopted after a restart: {exc}")
             with contextlib.suppress(OrchestratorError):
                 await self._backend.remove_container(container.id)
             report.reaped.append(container.id)
@@ -138,6 +142,19 @@ class Reconciler:
         self._table.adopt(session, items)
         report.adopted.append(record.id)
         self._metrics.readopted.inc()
+
+
+def loss_cause(container: ContainerSummary | None) -> str:
+    """Why a session whose container is not live was lost, as its owner is told."""
+    if container is None:
+        return (
+            "its container stopped or disappeared: the engine no longer has it "
+            "(removed from outside sandhold)"
+        )
+    return (
+        f"its container stopped or disappeared: it is {container.state} (the engine was "
+        "restarted without live-restore, or it was killed from outside sandhold)"
+    )
 
 
 def _record_of(session: Session) -> SessionRecord:

@@ -64,7 +64,7 @@ class PythonReplManager(SessionManager):
                 code, timeout=timeout, env=cell_env, on_output=call.on_output if call else None
             )
         if session.repl.container_stopped:
-            await self.end_session(session, f"its container stopped: {outcome.error_message}")
+            await self.lose_session(session, f"its container stopped: {outcome.error_message}")
         output = outcome.stdout + outcome.stderr
         if not outcome.success:
             output += f"{outcome.error_type}: {outcome.error_message}"

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator._core.lifecycle import EndedSessions
 from orchestrator._core.owners import Grants, current_task, may_see
-from orchestrator.errors import SessionNotFoundError
+from orchestrator.errors import SessionLostError, SessionNotFoundError
 from orchestrator.policy.arguments import check_id, check_session_id
 from orchestrator.registry.store import Registry, SessionRecord
 from orchestrator.session.history import HistoryEntry
@@ -62,17 +62,23 @@ class SessionTable:
         session.terminals.on_started = lambda item_id: self.remember(TERMINAL, item_id, session)
         session.processes.on_started = lambda item_id: self.remember(PROCESS, item_id, session)
 
-    def remove(self, session: Session, reason: str) -> bool:
-        """Take the session out (False if it was not in); its owner is told ``reason`` later."""
+    def remove(self, session: Session, reason: str, *, lost: bool = False) -> bool:
+        """Take the session out (False if it was not in); its owner is told ``reason`` later,
+        as ``session_lost`` when it was ``lost`` (its container died under it)."""
         if self.sessions.pop(session.id, None) is None:
             return False
-        self._ended.record(session, reason)
+        self._ended.record(session, reason, lost=lost)
         gone = {key for key, sid in self._items.items() if sid == session.id}
         for key in gone:
             del self._items[key]
         self.grants.forget_terminals({item for kind, item in gone if kind == TERMINAL})
         self.store.remove_session(session.id)
         return True
+
+    def record_lost(self, record: SessionRecord, cause: str) -> None:
+        """A session of the registry that could not be re-adopted at start (its container died
+        while no orchestrator held it): its owner is told ``session_lost`` with ``cause``."""
+        self._ended.record_ended(record.tenant, record.id, record.task, cause, lost=True)
 
     def ended_reason(self, tenant: str, session_id: str) -> str | None:
         return self._ended.reason(tenant, session_id, current_task())
@@ -95,7 +101,10 @@ class SessionTable:
     def not_found(self, session_id: str, tenant: str) -> SessionNotFoundError:
         """The answer for a session the caller cannot have: why it ended, if it ended on its
         own and the caller owned it, else nothing more than an unknown id would get."""
-        ended = self._ended.reason(tenant, session_id, current_task())
+        task = current_task()
+        ended = self._ended.reason(tenant, session_id, task)
+        if ended is not None and self._ended.lost(tenant, session_id, task):
+            return SessionLostError(f"session {session_id} was lost: {ended}", cause=ended)
         suffix = f" (it ended: {ended})" if ended else ""
         return SessionNotFoundError(f"session not found: {session_id}{suffix}")
 

@@ -175,6 +175,7 @@ _SANDHOLD_ERRORS = frozenset(
     {
         "invalid_argument",
         "session_not_found",
+        "session_lost",
         "quota_exceeded",
         "policy",
         "busy",

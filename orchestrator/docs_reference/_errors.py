@@ -20,6 +20,9 @@ MEANINGS: Mapping[str, str] = {
     "or unknown; nothing ran.",
     "session_not_found": "No session, terminal, process or task of that id is yours: unknown "
     "ids and other owners' ids get the same answer.",
+    "session_lost": "Your session ended without being asked to: its container stopped or "
+    "vanished (the engine restarted, it was killed from outside, it could not be re-adopted "
+    "after a restart); `cause` says which. Start a new session.",
     "validation": "The code was refused before it ran (a forbidden builtin or construct of the "
     "restricted mode); `violations` lists every reason.",
     "import_blocked": "The code imports a module the policy does not allow; the cell did not "
@@ -41,6 +44,7 @@ MEANINGS: Mapping[str, str] = {
     "image template that is neither shipped nor in the template directories.",
     "template_not_built": "The policy's template has no image, and this backend builds none: "
     "build it (`sandhold image build --template NAME`) or configure its image.",
+    "path_not_found": "No file or directory at that path in the session (the session exists).",
     "internal": "A fault of sandhold itself; the message says no more, the server's log does.",
     "unauthenticated": "HTTP only: no API key, or not a valid one.",
     RATE_LIMITED: "HTTP only: too many wrong keys from this address, or too many connections "

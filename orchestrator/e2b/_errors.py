@@ -29,6 +29,7 @@ _STATUS: Final = {
     "unknown_template": 404,
     "template_not_built": 400,
     "session_not_found": 404,
+    "session_lost": 404,
     "policy": 403,
     "quota_exceeded": 429,
     "rate_limited": 429,
@@ -53,7 +54,7 @@ _NOT_FOUND_TEXT: Final = ("no such file or directory", "does not exist", "not fo
 
 def is_not_found(error: ToolCallError) -> bool:
     lowered = error.message.lower()
-    return error.error_type == "session_not_found" or any(t in lowered for t in _NOT_FOUND_TEXT)
+    return error.error_type in ("session_not_found", "session_lost") or any(t in lowered for t in _NOT_FOUND_TEXT)
 
 
 def status_of(error: ToolCallError) -> int:

@@ -46,6 +46,8 @@ STATUS_BY_ERROR_TYPE: Final[Mapping[str, int]] = {
     "unknown_template": 400,
     "policy": 403,
     "session_not_found": 404,
+    # Gone: the session existed and ended without being asked to (its container died).
+    "session_lost": 410,
     "busy": 409,
     "quota_exceeded": 429,
     "internal": 500,

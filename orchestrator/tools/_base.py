@@ -17,7 +17,7 @@ from orchestrator.errors import (
     ContainerNotFoundError,
     InvalidArgumentError,
     OrchestratorError,
-    SessionNotFoundError,
+    SessionLostError,
 )
 from orchestrator.tools._arguments import read_arguments
 from orchestrator.tools._schema import field_uses, input_schema, is_map, output_schema
@@ -44,6 +44,7 @@ CALL_FAILURES: Final = frozenset(
     {
         "invalid_argument",
         "session_not_found",
+        "session_lost",
         "policy",
         "quota_exceeded",
         "busy",
@@ -151,7 +152,9 @@ async def call_tool(
                 raise
             # A container the engine no longer has: whatever removed it, its session is over.
             await orchestrator.drop_vanished_sessions()
-            raise SessionNotFoundError("the session's container is gone") from exc
+            raise SessionLostError(
+                f"the session's container is gone: {exc}", cause=f"its container is gone: {exc}"
+            ) from exc
     except OrchestratorError as exc:
         fields = {"success": False, **exc.to_dict()}
     except Exception:

@@ -41,6 +41,7 @@ RESERVED_ERROR_TYPES = frozenset(
     [
         "invalid_argument",
         "session_not_found",
+        "session_lost",
         "validation",
         "import_blocked",
         "timeout",

@@ -213,11 +213,11 @@ async def test_a_call_in_flight_when_the_engine_dies_is_backend_unavailable_not_
     await recovered_repl(orch, sid)
 
 
-async def test_a_session_whose_container_stopped_with_the_engine_is_not_found(
+async def test_a_session_whose_container_stopped_with_the_engine_is_lost(
     orch: Orchestrator, engine: EngineProxy
 ) -> None:
-    """A dockerd restart without live-restore stops every container: the session is over, and
-    says so, while new sessions work."""
+    """A dockerd restart without live-restore stops every container: the session is lost, and
+    says so (``session_lost``), while new sessions work."""
     sid = await new_session(orch)
     container_id = orch.find_session(sid).container_id
     await cut(engine)
@@ -229,13 +229,13 @@ async def test_a_session_whose_container_stopped_with_the_engine_is_not_found(
     )
     if repl["error_type"] == "process_crashed":  # the lost worker is reported first
         repl = await call(orch, "python_repl", 60, operation="execute", code="1", session_id=sid)
-    assert repl["error_type"] == "session_not_found", repl
+    assert repl["error_type"] == "session_lost", repl
     for tool, args in [
         ("files", {"operation": "read", "path": "kept.txt"}),
         ("process", {"operation": "list"}),
     ]:
         answer = await call(orch, tool, 60, session_id=sid, **args)
-        assert answer["error_type"] == "session_not_found", answer
+        assert answer["error_type"] == "session_lost", answer
     fresh = await call(orch, "python_repl", 60, operation="execute", code="1 + 1")
     assert fresh["success"] and fresh["result_repr"] == "2", fresh
 

@@ -249,7 +249,7 @@ async def test_a_call_on_a_session_whose_container_vanished_says_so_and_ends_it(
     assert "its container is gone" in (result.error_message or "")
     arguments = {"operation": "execute", "session_id": session.id, "code": "1"}
     again = await orch.call("python_repl", arguments)
-    assert again.structured["error_type"] == "session_not_found"
+    assert again.structured["error_type"] == "session_lost"
 
 
 async def test_closing_the_manager_removes_every_container_it_made(fake: FakeBackend) -> None:
