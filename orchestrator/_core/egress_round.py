@@ -5,7 +5,9 @@ every proxy of its sessions refuse with ``tenant.egress_mb`` until the window tu
 Invariants: one exec per session with a network per round, at most ``READ_CONCURRENCY`` at once,
 each bounded by the backend's own timeout; a proxy that cannot be read is skipped this round (its
 bytes are counted at the next read, the totals being cumulative); a refusal is sent only when it
-changes, so a steady state costs no exec but the read.
+changes, so a steady state costs no exec but the read. A session's last read (``final``) ends its
+proxy's accounting first, so what it moved up to its end counts, however soon the end came; a
+session made for a tenant already over its quota is refused from the start (``admit``).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ class EgressAccounting:
         # The refusal each session's proxy holds now, as this orchestrator set it.
         self._refusing: dict[str, str | None] = {}
 
-    async def _read(self, session: Session) -> None:
+    async def _read(self, session: Session, *, final: bool = False) -> None:
+        read = self._backend.final_egress_counters if final else self._backend.egress_counters
         try:
-            counters = await self._backend.egress_counters(session.container_id)
+            counters = await read(session.container_id)
         except OrchestratorError as exc:
             log.warning("session %s: its egress totals could not be read: %s", session.id, exc)
             return
@@ -95,11 +98,20 @@ class EgressAccounting:
                 session.id, session.tenant, used, quota,
             )  # fmt: skip
 
+    async def admit(self, session: Session) -> None:
+        """A new session of a tenant over its quota is refused before any of its code runs (a
+        round would leave it the time to the next read); no exec for a tenant within it."""
+        if session.policy.network.mode != "none":
+            limits = self._tenant_config(session.tenant)
+            if self.meter.over(session.tenant, limits.quotas.egress_mb if limits else None):
+                await self._enforce(session)
+
     async def final(self, session: Session) -> None:
-        """A session's last read, before its proxy goes: what it moved since the last round
-        counts too. Bounded; a failure only loses those bytes."""
+        """A session's last read, before its proxy goes: the proxy stops moving bytes and its
+        totals then count, to the last byte. Bounded; a failure only loses what moved since
+        the last round."""
         if session.policy.network.mode != "none":
             with anyio.move_on_after(FINAL_READ_TIMEOUT):
-                await self._read(session)
+                await self._read(session, final=True)
         self.meter.forget(session.id)
         self._refusing.pop(session.id, None)

@@ -370,6 +370,7 @@ class SessionManager:
         try:
             await session.set_env(env)
             await self._cap_egress(session, tenant)
+            await self.egress.admit(session)  # a tenant over its egress quota: refused at once
         except BaseException:
             await session.aclose(self.backend)  # shielded: not in the table, nothing else would
             raise

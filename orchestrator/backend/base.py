@@ -181,6 +181,12 @@ class Backend(Protocol):
         by rule); None for a session without a network or totals that cannot be read."""
         ...
 
+    async def final_egress_counters(self, container_id: str) -> EgressCounters | None:
+        """The session's last read of its egress proxy, at its end: the proxy refuses every
+        attempt and closes every connection from now on, and the totals count every byte it
+        moved; None as for ``egress_counters``."""
+        ...
+
     async def set_egress_refusal(self, container_id: str, rule: str | None) -> None:
         """Make the session's egress proxy refuse every new attempt with ``rule`` and close its
         open connections; None lifts the refusal."""

@@ -317,6 +317,10 @@ class FakeBackend:
         self._known(container_id)
         return None
 
+    async def final_egress_counters(self, container_id: str) -> EgressCounters | None:
+        self._known(container_id)
+        return None
+
     async def set_egress_refusal(self, container_id: str, rule: str | None) -> None:
         self._known(container_id)
 

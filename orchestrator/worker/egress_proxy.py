@@ -18,7 +18,11 @@ orchestrator) and never from the sandbox. Invariants:
 - the totals since the proxy started (bytes each way, refusals by rule) are written whole to
   ``stats_path`` at most every ``TICK`` seconds, and a refusal the orchestrator writes to
   ``refuse_path`` (a tenant over its egress quota) refuses every new attempt with its rule and
-  closes the open connections within one ``TICK``; removing the file lifts it.
+  closes the open connections within one ``TICK``; removing the file lifts it;
+- ``final`` on the control socket (``control_path``, a Unix socket on the proxy's own tmpfs: the
+  orchestrator reaches it with an exec, the sandbox cannot) ends the proxy's accounting: every
+  new attempt is refused and every open connection closed from then on, and the answer is the
+  totals then, so no byte moves that they do not count (a session's last read, at its end).
 """
 
 from __future__ import annotations
@@ -53,6 +57,12 @@ MAX_TLS_RECORD = 16384 + 2048
 # orchestrator reads the totals at its own, slower, cadence, so a second of lag costs nothing.
 TICK = 1.0
 MAX_RULE_CHARS = 64
+# The rule of every attempt after the session's last read (``final``): the session is ending.
+ENDED_RULE = "session.ended"
+# The control socket's one request line; its client is the orchestrator's exec, which answers
+# at once or is stuck (then the session's teardown goes on without the totals).
+MAX_CONTROL_LINE = 64
+CONTROL_TIMEOUT = 5.0
 # An HTTP method: a token (RFC 9110), and no real one is longer than this.
 _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
 # A request target: visible ASCII only (RFC 9112 has no space, control or non-ASCII byte in
@@ -114,6 +124,7 @@ class Settings:
     allow_path: str
     stats_path: str
     refuse_path: str
+    control_path: str = "/tmp/egress-control.sock"  # noqa: S108
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
@@ -131,6 +142,7 @@ class Settings:
             allow_path=str(raw.get("allow_path", "/tmp/egress-allow.json")),  # noqa: S108
             stats_path=str(raw.get("stats_path", "/tmp/egress-stats.json")),  # noqa: S108
             refuse_path=str(raw.get("refuse_path", "/tmp/egress-refuse.json")),  # noqa: S108
+            control_path=str(raw.get("control_path", "/tmp/egress-control.sock")),  # noqa: S108
         )
 
 
@@ -315,10 +327,14 @@ class Proxy:
         self.refusal: str | None = None
         self.open: set[Attempt] = set()
         self.written: tuple[int, int, int] | None = None
+        self.ended = False
 
     def refresh_refusal(self) -> None:
         """Take or lift the orchestrator's refusal (``refuse_path``: ``{"rule": ...}``); a file
-        that does not read as one refuses with ``refused`` rather than lifting anything."""
+        that does not read as one refuses with ``refused`` rather than lifting anything. Once
+        the accounting has ended (``end``) nothing lifts it."""
+        if self.ended:
+            return
         try:
             with open(self.settings.refuse_path) as handle:
                 rule = json.load(handle).get("rule")
@@ -328,24 +344,56 @@ class Proxy:
         except (OSError, ValueError, AttributeError):
             rule = None
         ok = isinstance(rule, str) and 0 < len(rule) <= MAX_RULE_CHARS and rule.isprintable()
-        self.refusal = rule if ok else "refused"
+        self.refuse(rule if ok else "refused")
+
+    def refusal_now(self) -> str | None:
+        """The refusal in force (read again after an await: it may have come meanwhile)."""
+        return self.refusal
+
+    def refuse(self, rule: str) -> None:
+        """Refuse every new attempt with ``rule`` and close the open connections."""
+        self.refusal = rule
         for attempt in list(self.open):
             attempt.rule += f" (closed: {self.refusal})"
             for writer in attempt.writers:
                 writer.close()
             self.open.discard(attempt)
 
+    def stats_line(self) -> str:
+        stats = {"bytes_sent": self.sent, "bytes_received": self.received}
+        return json.dumps({**stats, "refused": self.refused}, separators=(",", ":"))
+
     def write_stats(self) -> None:
         state = (self.sent, self.received, sum(self.refused.values()))
         if state == self.written:
             return
-        stats = {"bytes_sent": self.sent, "bytes_received": self.received}
-        line = json.dumps({**stats, "refused": self.refused}, separators=(",", ":"))
         path = self.settings.stats_path
         with open(path + ".new", "w") as handle:
-            handle.write(line + "\n")
+            handle.write(self.stats_line() + "\n")
         os.replace(path + ".new", path)
         self.written = state
+
+    def end(self) -> str:
+        """End the accounting: from now on every attempt is refused and no open connection
+        moves another byte (a byte is counted before it is forwarded, and a closed attempt
+        forwards nothing), so the totals returned (and written) are final."""
+        self.ended = True
+        self.refuse(ENDED_RULE)
+        self.write_stats()
+        return self.stats_line()
+
+    async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The control socket: ``final`` ends the accounting and answers the totals; anything
+        else is closed unanswered."""
+        try:
+            line = await asyncio.wait_for(reader.readline(), CONTROL_TIMEOUT)
+            if line == b"final\n":
+                writer.write(self.end().encode() + b"\n")
+                await asyncio.wait_for(writer.drain(), CONTROL_TIMEOUT)
+        except (TimeoutError, OSError, ValueError):
+            pass
+        finally:
+            writer.close()
 
     async def tick(self) -> None:
         while True:
@@ -467,6 +515,13 @@ class Proxy:
         up_reader, up_writer = await asyncio.wait_for(
             asyncio.open_connection(address, attempt.port), CONNECT_TIMEOUT
         )
+        refusal = self.refusal_now()
+        if refusal is not None:  # came while connecting: nothing goes up
+            up_writer.close()
+            attempt.decision, attempt.rule = "deny", refusal
+            if method == "CONNECT":
+                return  # the tunnel's 200 went already: a refusal answer would be read as TLS
+            raise Refused(refusal)
         attempt.decision = "allow"
         attempt.writers = [writer, up_writer]
         self.open.add(attempt)
@@ -695,6 +750,12 @@ async def _answer(writer: asyncio.StreamWriter, status: int, rule: str, attempt:
 async def serve(settings: Settings) -> None:
     proxy = Proxy(settings)
     open(settings.log_path, "a").close()  # noqa: ASYNC230 (exists before any attempt)
+    # Before the proxy's port opens (the orchestrator's readiness probe), so that a session's
+    # end always finds it; the proxy's own user only (the orchestrator's exec runs as it).
+    control = await asyncio.start_unix_server(
+        proxy.control, path=settings.control_path, limit=MAX_CONTROL_LINE
+    )
+    os.chmod(settings.control_path, 0o600)
     # Every interface of the proxy's container: the session network's address is not known
     # inside, and the upstream side has no client that could connect (nothing routes there).
     any_address = "0.0.0.0"  # noqa: S104
@@ -702,7 +763,7 @@ async def serve(settings: Settings) -> None:
         proxy.handle, host=any_address, port=PORT, limit=MAX_HEAD_BYTES
     )
     ticker = asyncio.create_task(proxy.tick())
-    async with server:
+    async with server, control:
         try:
             await server.serve_forever()
         finally:

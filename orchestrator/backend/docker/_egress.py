@@ -39,6 +39,24 @@ PROXY_LOG = "/tmp/egress-log.jsonl"  # noqa: S108 (a path inside the proxy conta
 PROXY_ALLOW = "/tmp/egress-allow.json"  # noqa: S108 (a live allowlist, written whole)
 PROXY_STATS = "/tmp/egress-stats.json"  # noqa: S108 (the proxy's totals, written whole)
 PROXY_REFUSE = "/tmp/egress-refuse.json"  # noqa: S108 (a refusal of everything, e.g. a quota)
+PROXY_CONTROL = "/tmp/egress-control.sock"  # noqa: S108 (reached by an exec, never the sandbox)
+# Run inside the proxy's container at a session's end: ask the proxy (its control socket) to end
+# its accounting and print the totals it answers, which count every byte it moved; the file it
+# rewrites each second would miss what moved since. Exits 1 when the proxy gives no answer.
+PROXY_FINAL = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX)\n"
+    "s.settimeout(float(sys.argv[2]))\n"
+    "s.connect(sys.argv[1])\n"
+    "s.sendall(b'final\\n')\n"
+    "data = b''\n"
+    "while not data.endswith(b'\\n'):\n"
+    "    chunk = s.recv(65536)\n"
+    "    if not chunk:\n"
+    "        sys.exit(1)\n"
+    "    data += chunk\n"
+    "sys.stdout.buffer.write(data)\n"
+)
 PROXY_COMMAND = ["python3", "-I", "/opt/sandhold/worker/egress_proxy.py"]
 MIB = 1024 * 1024
 # The proxy is a small asyncio server: this holds it with room for a few hundred connections.
@@ -127,6 +145,7 @@ def proxy_config(spec: ContainerSpec, token: str, settings: EgressSettings) -> d
         "allow_path": PROXY_ALLOW,
         "stats_path": PROXY_STATS,
         "refuse_path": PROXY_REFUSE,
+        "control_path": PROXY_CONTROL,
     }
 
 
@@ -277,6 +296,8 @@ __all__ = [
     "LABEL_EGRESS_ORCHESTRATOR",
     "LABEL_EGRESS_SESSION",
     "PROXY_ALLOW",
+    "PROXY_CONTROL",
+    "PROXY_FINAL",
     "PROXY_REFUSE",
     "PROXY_STATS",
     "Egress",

@@ -31,6 +31,8 @@ from orchestrator.backend.docker._client import DockerClient, NotFoundError
 from orchestrator.backend.docker._egress import (
     LABEL_EGRESS_SESSION,
     PROXY_ALLOW,
+    PROXY_CONTROL,
+    PROXY_FINAL,
     PROXY_LOG,
     PROXY_PORT,
     PROXY_REFUSE,
@@ -47,6 +49,9 @@ from orchestrator.errors import BackendError, BackendUnavailableError, InvalidAr
 # Reading the proxy's log is one exec of cat on a tmpfs file of a few hundred KiB at most.
 NETWORK_LOG_TIMEOUT = 10.0
 NETWORK_LOG_MAX_BYTES = 1024 * 1024
+# The proxy answers its final totals at once (a few counters in memory); a proxy slower than
+# this is stuck, and the file it last wrote is read instead.
+FINAL_READ_WAIT = 3.0
 # Removing a running container is a SIGKILL plus cleanup; past this the engine is in trouble.
 REMOVE_TIMEOUT = 30.0
 # A proxy is a Python interpreter binding one port: well under a second on an idle machine; this
@@ -220,6 +225,27 @@ class DockerBackend:
             timeout=NETWORK_LOG_TIMEOUT,
             max_output_bytes=64 * 1024,
         )
+        return parse_counters(result.stdout)
+
+    async def final_egress_counters(self, container_id: str) -> EgressCounters | None:
+        """The session's last read of its proxy: the proxy ends its accounting (refuses every
+        attempt, closes every connection) and answers its totals, which count every byte it
+        moved. A proxy that does not answer (one started before it had a control socket) is
+        read as ``egress_counters`` is."""
+        proxy = await self._proxy_of(container_id)
+        if proxy is None:
+            return None
+        result = await self.run(
+            proxy,
+            ExecSpec(
+                argv=["python3", "-I", "-c", PROXY_FINAL, PROXY_CONTROL, str(FINAL_READ_WAIT)],
+                workdir="/",
+            ),
+            timeout=NETWORK_LOG_TIMEOUT,
+            max_output_bytes=64 * 1024,
+        )
+        if result.exit_code != 0:
+            return await self.egress_counters(container_id)
         return parse_counters(result.stdout)
 
     async def set_egress_refusal(self, container_id: str, rule: str | None) -> None:
