@@ -9,9 +9,12 @@ change, codes may not.
     │   │   ├── TenantsFileError           invalid_argument
     │   │   ├── ConfigFileError            invalid_argument
     │   │   └── TemplateFileError          invalid_argument
+    │   ├── UnknownPolicyError             invalid_argument
     │   ├── UnknownTemplateError           unknown_template
     │   ├── RegistryError                  invalid_argument
-    │   └── BodyTooLargeError              invalid_argument (HTTP 413)
+    │   ├── BodyTooLargeError              invalid_argument (HTTP 413)
+    │   ├── UnsupportedEncodingError       invalid_argument (HTTP 415)
+    │   └── PathNotFoundError              path_not_found
     ├── SessionNotFoundError               session_not_found
     │   └── SessionLostError               session_lost
     ├── PolicyViolationError               policy
@@ -52,6 +55,7 @@ __all__ = [
     "InvalidArgumentError",
     "OrchestratorError",
     "PolicyFileError",
+    "PathNotFoundError",
     "PolicyViolationError",
     "ProcessCrashedError",
     "QuotaExceededError",
@@ -62,7 +66,9 @@ __all__ = [
     "TemplateFileError",
     "TemplateNotBuiltError",
     "TenantsFileError",
+    "UnknownPolicyError",
     "UnknownTemplateError",
+    "UnsupportedEncodingError",
 ]
 
 ERROR_TYPES: Final = (
@@ -80,6 +86,7 @@ ERROR_TYPES: Final = (
     "backend_unavailable",
     "unknown_template",
     "template_not_built",
+    "path_not_found",
     "internal",
 )
 
@@ -124,6 +131,10 @@ class PolicyFileError(SettingsFileError):
     """A policy file cannot be read, parsed or validated."""
 
 
+class UnknownPolicyError(InvalidArgumentError):
+    """No policy of that name was loaded (at start or at the last reload)."""
+
+
 class TenantsFileError(SettingsFileError):
     """A tenants file or an API key file cannot be read or validated."""
 
@@ -158,6 +169,16 @@ class RegistryError(InvalidArgumentError):
 
 class BodyTooLargeError(InvalidArgumentError):
     """An HTTP request body is larger than the server accepts (answered 413)."""
+
+
+class UnsupportedEncodingError(InvalidArgumentError):
+    """An HTTP request body in a ``Content-Encoding`` the server does not decode (answered 415)."""
+
+
+class PathNotFoundError(InvalidArgumentError):
+    """No file or directory at that path in the session (the session itself exists)."""
+
+    code = "path_not_found"
 
 
 class SessionNotFoundError(OrchestratorError):

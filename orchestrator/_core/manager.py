@@ -26,6 +26,7 @@ import anyio.abc
 from orchestrator._core.call_context import current_call
 from orchestrator._core.config import OrchestratorConfig as OrchestratorConfig  # re-exported
 from orchestrator._core.egress_round import EgressAccounting
+from orchestrator._core.engines import image_source, open_backend
 from orchestrator._core.lifecycle import (
     eviction_candidate,
     expiry_reason,
@@ -56,16 +57,16 @@ from orchestrator.errors import (
     OrchestratorError,
     PolicyViolationError,
     SessionNotFoundError,
-    TemplateNotBuiltError,
 )
 from orchestrator.images.templates import BASE, TemplateCatalog, load_catalog
 from orchestrator.policy.arguments import (
     check_policy_name,
     check_session_id,
 )
+from orchestrator.policy.catalog import PolicyCatalog
 from orchestrator.policy.egress import capped_allowlist, narrowed_allowlist
 from orchestrator.policy.env import check_env
-from orchestrator.policy.model import Policy, load_policy
+from orchestrator.policy.model import Policy
 from orchestrator.registry.claim import Abandoned, claim, reap_abandoned, remove_files
 from orchestrator.registry.reconcile import ReconcileReport
 from orchestrator.registry.store import Registry
@@ -88,7 +89,8 @@ class SessionManager:
         # A backend made here is closed here (its engine connections); a given one is the
         # caller's, who may share it.
         self._owns_backend = backend is None
-        self.backend = backend or _docker_backend()
+        self.backend = backend or open_backend(self.config.backend)
+        self._images = image_source(self.backend, self.config, self.templates)
         self._image = self.config.image
         # Templates by name (read on first use, again on reload) and the image of each that is
         # known (configured, found current or built); a lock each, so one build serves all.
@@ -115,7 +117,7 @@ class SessionManager:
         self._admission = Admission(self.config.max_sessions)
         # Session ids whose container exists or is being made but which are in no table yet.
         self._building: set[str] = set()
-        self._policies: dict[str, Policy] = {}
+        self._policies: PolicyCatalog | None = None
         self._pools: dict[str, WarmPool] = {}
         self._audit: AuditLog | None = None
         self._exit_stack = contextlib.AsyncExitStack()
@@ -151,7 +153,7 @@ class SessionManager:
 
         Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
         await self.backend.ping()
-        self.policy(self.config.default_policy)
+        self._policies = await anyio.to_thread.run_sync(self._load_policies, self.templates())
         abandoned = self._open_registry()
         self.orchestrator_id = self._registry.orchestrator_id(
             self.config.orchestrator_id, f"sandhold-{secrets.token_hex(6)}"
@@ -159,7 +161,7 @@ class SessionManager:
         if self.config.audit_dir is not None:
             self._audit = await AuditLog.open(self.config.audit_dir, self.config.audit)
         if self._image is None:
-            self._image = await _worker_image(self.backend)
+            self._image = await self._images.image_for(BASE)
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
         self.last_reconcile = await self.reconcile(adopt=True)
         for dead in abandoned:
@@ -235,13 +237,24 @@ class SessionManager:
         await session.close_parts(keep_worker=True)
         log.info("session %s left running for the next start", session.id)
 
-    def policy(self, name: str | None) -> Policy:
-        name = name or self.config.default_policy
-        if name not in self._policies:
-            self._policies[name] = load_policy(
-                name, search_dirs=self.config.policy_dirs, templates=self.templates().names()
-            )
-        return self._policies[name]
+    def policy(self, name: Any) -> Policy:
+        """The loaded policy of that name (None: the default). Every interface and operation
+        resolves a caller's policy here, and nothing here touches the filesystem
+        (``PolicyCatalog.get``)."""
+        return self.policy_catalog().get(name)
+
+    def policy_catalog(self) -> PolicyCatalog:
+        """The policies loaded at start or at the last reload (loaded here when neither ran)."""
+        if self._policies is None:
+            self._policies = self._load_policies(self.templates())
+        return self._policies
+
+    def _load_policies(self, catalog: TemplateCatalog) -> PolicyCatalog:
+        loaded = PolicyCatalog.load(
+            self.config.policy_dirs, default=self.config.default_policy, templates=catalog.names()
+        )
+        loaded.require(set(self._pools))
+        return loaded
 
     def templates(self) -> TemplateCatalog:
         """The image templates: shipped, and those of the template directories."""
@@ -266,7 +279,7 @@ class SessionManager:
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
         """Whether a session can be made now, and each check's answer (``readiness``)."""
-        checks = await readiness(self.backend, self._image, self._registry)
+        checks = await readiness(self.backend, self._images, self._image, self._registry)
         return all(answer in (OK, UNCHECKED) for answer in checks.values()), checks
 
     async def reload(self, *, tenants: Mapping[str, TenantConfig] | None = None) -> None:
@@ -275,21 +288,17 @@ class SessionManager:
         keep the policy they were made with; pools of a changed policy refill under the new
         one. ``tenants`` replaces the tenants' allowed policies and quotas (their sessions
         stay)."""
-        names = {self.config.default_policy, *self._pools}
-        dirs = self.config.policy_dirs
-        catalog = load_catalog(self.config.user_template_dirs())
-        known = catalog.names()
-        self._policies = {
-            name: load_policy(name, search_dirs=dirs, templates=known) for name in names
-        }
+        catalog = await anyio.to_thread.run_sync(load_catalog, self.config.user_template_dirs())
+        policies = await anyio.to_thread.run_sync(self._load_policies, catalog)
+        self._policies = policies
         # A template file may have changed: its image is looked up again on next use.
         self._catalog = catalog
         self._template_images = dict(self.config.template_images)
         if tenants is not None:
             self.config = dataclasses.replace(self.config, tenants=tenants)
         for name, pool in self._pools.items():
-            if self._policies[name] != pool.policy:
-                pool.use_policy(self._policies[name])
+            if policies.get(name) != pool.policy:
+                pool.use_policy(policies.get(name))
 
     def tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)
@@ -438,7 +447,7 @@ class SessionManager:
             lock = self._template_locks.setdefault(name, anyio.Lock())
             async with lock:
                 if name not in self._template_images:
-                    tag = await _template_image(self.backend, self.templates(), name, self._image)
+                    tag = await self._images.image_for(name)
                     self._template_images[name] = tag
         return self._template_images[name]
 
@@ -727,11 +736,12 @@ class SessionManager:
         return await self._thaw(session)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, session: Session) -> AsyncIterator[None]:
-        """The session's interpreter for one call, thawed: a pause that slipped in between
-        finding the session and getting its turn is undone here. The owner is checked again
-        once the turn is ours: the session may have ended, or its task been closed, meanwhile."""
-        async with session.turn(busy_timeout=self.config.busy_timeout):
+    async def _turn(self, session: Session, call: str = "a call") -> AsyncIterator[None]:
+        """The session's interpreter for ``call`` (named in a waiting call's ``busy``), thawed: a
+        pause that slipped in between finding the session and getting its turn is undone here.
+        The owner is checked again once the turn is ours: the session may have ended, or its
+        task been closed, meanwhile."""
+        async with session.turn(busy_timeout=self.config.busy_timeout, call=call):
             if session.closed or self._table.grants.sealed(session.tenant, current_task()):
                 # Ended while this call waited for its turn (the reaper, a destroy): say why.
                 raise self._table.not_found(session.id, session.tenant)
@@ -823,51 +833,3 @@ class SessionManager:
             return False
         listed = await session.processes.list()
         return bool(listed.listening) or any(p.state == "running" for p in listed.processes)
-
-
-def _docker_backend() -> Backend:
-    """The default backend. Imported here: the Docker SDK is slow to import, and a manager
-    given another backend never needs it."""
-    from orchestrator.backend.docker import DockerBackend, EgressSettings
-
-    return DockerBackend(egress=EgressSettings.from_env())
-
-
-async def _worker_image(backend: Backend) -> str:
-    """The worker image when the configuration names none: built (or found current) on a Docker
-    engine, which is the only backend that builds one; any other needs ``config.image``."""
-    from orchestrator.backend.docker import DockerBackend
-
-    if not isinstance(backend, DockerBackend):
-        raise InvalidArgumentError(
-            f"a {type(backend).__name__} builds no worker image: set OrchestratorConfig.image"
-        )
-    from orchestrator.images import ensure_worker_image
-
-    return (await ensure_worker_image(backend.client)).tag
-
-
-async def _template_image(
-    backend: Backend, catalog: TemplateCatalog, name: str, base_tag: str | None
-) -> str:
-    """The current image of template ``name``, built when missing, on a Docker engine; any
-    other backend builds none and needs ``config.template_images``."""
-    from orchestrator.backend.docker import DockerBackend
-
-    catalog.get(name)  # an unknown name says so before anything else
-    if not isinstance(backend, DockerBackend) or base_tag is None:
-        raise TemplateNotBuiltError(
-            f"template {name!r} has no image, and a {type(backend).__name__} builds none",
-            hint=f"set OrchestratorConfig.template_images[{name!r}]",
-        )
-    from orchestrator.images.progress import LoggingProgress
-    from orchestrator.images.template_build import ensure_template_image
-
-    built = await ensure_template_image(
-        backend.client,
-        catalog,
-        name,
-        base_tag=base_tag,
-        progress=LoggingProgress(log, f"template {name}"),
-    )
-    return built.tag

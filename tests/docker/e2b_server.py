@@ -28,6 +28,8 @@ class E2bServer:
     url: str
     keys: dict[str, str]
     orchestrator_id: str
+    # The same server's REST, /mcp and ops address.
+    rest_url: str = ""
 
     def env(self, tenant: str = "team-a") -> dict[str, str]:
         return {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url,
@@ -45,9 +47,9 @@ def _tenants_file(path: Path, keys: dict[str, str]) -> None:
     ))  # fmt: skip
 
 
-def _read_until_e2b_line(process: subprocess.Popen[str]) -> str:
-    """The start-up lines up to the one naming the E2B address, read in a thread so that the
-    wait is bounded even when the server prints nothing."""
+def _read_until_e2b_line(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The E2B and the REST address, from the start-up lines up to the one naming the E2B
+    address, read in a thread so that the wait is bounded even when the server prints nothing."""
     seen: list[str] = []
     found = threading.Event()
 
@@ -63,8 +65,9 @@ def _read_until_e2b_line(process: subprocess.Popen[str]) -> str:
     if not found.wait(STARTUP_TIMEOUT):
         raise AssertionError(f"no E2B address within {STARTUP_TIMEOUT} s: {''.join(seen)}")
     match = re.search(r"E2B protocol on (http://127\.0\.0\.1:\d+)", "".join(seen))
-    assert match, seen
-    return match.group(1)
+    rest = re.search(r"listening on (http://127\.0\.0\.1:\d+)", "".join(seen))
+    assert match and rest, seen
+    return match.group(1), rest.group(1)
 
 
 @contextlib.contextmanager
@@ -88,7 +91,8 @@ def e2b_server(image: str, tmp_path: Path, *, set_env: bool = True) -> Iterator[
         )
         saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
         try:
-            server = E2bServer(_read_until_e2b_line(process), keys, orchestrator_id)
+            e2b_url, rest_url = _read_until_e2b_line(process)
+            server = E2bServer(e2b_url, keys, orchestrator_id, rest_url)
             if set_env:
                 os.environ.update(server.env())
             yield server
