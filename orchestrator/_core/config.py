@@ -15,9 +15,27 @@ from orchestrator._core.tenants import TenantConfig
 from orchestrator.audit._log import AuditConfig
 from orchestrator.errors import InvalidArgumentError
 
+# A python_repl call that finds its session's interpreter held by another call waits this long,
+# then answers ``busy`` naming that call: shorter than the tool-call timeouts MCP clients are
+# given (agents set 10-60 s; langchain-mcp-adapters' users 6 s in issue 32), so the caller reads
+# why instead of timing out, and long enough for a short cell to finish first.
+DEFAULT_BUSY_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendConfig:
+    """Which engine runs the sessions (``_core.engines`` knows the names) and its own settings,
+    checked by that engine when it is made (the Kubernetes one: ``kubeconfig``, ``context``,
+    ``namespace``, ``runtime_class``)."""
+
+    name: str = "docker"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
 
 @dataclass(frozen=True, kw_only=True)
 class OrchestratorConfig:
+    # The engine: Docker unless told (a backend handed to the manager wins over this).
+    backend: BackendConfig = field(default_factory=BackendConfig)
     default_policy: str = "default"
     policy_dirs: tuple[Path, ...] = ()
     # The image of the ``base`` template: None builds it (Docker), a tag uses that image.
@@ -31,7 +49,8 @@ class OrchestratorConfig:
     orchestrator_id: str | None = None
     tenant: str = "local"
     extra_labels: dict[str, str] = field(default_factory=dict)
-    busy_timeout: float = 30.0
+    # How long a python_repl call waits for its session's interpreter before answering busy.
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     max_sessions: int = DEFAULT_MAX_SESSIONS
     # Upper bound on how often idle and lifetime limits are checked (seconds).
     reap_interval: float = 30.0

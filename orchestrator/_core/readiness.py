@@ -10,7 +10,7 @@ from typing import Final
 
 import anyio
 
-from orchestrator.backend.base import Backend
+from orchestrator.backend.base import Backend, ImageSource
 from orchestrator.errors import OrchestratorError
 from orchestrator.registry.store import Registry
 
@@ -24,13 +24,15 @@ OK: Final = "ok"
 UNCHECKED: Final = "unchecked"
 
 
-async def readiness(backend: Backend, image: str | None, registry: Registry) -> dict[str, str]:
+async def readiness(
+    backend: Backend, images: ImageSource, image: str | None, registry: Registry
+) -> dict[str, str]:
     """Each check's answer: ``ok``, ``unchecked``, or what is wrong."""
     checks = {"engine": await _bounded(backend.ping)}
     if checks["engine"] != OK:
         checks["image"] = "not checked: the engine does not answer"
     else:
-        checks["image"] = await _bounded(lambda: _image_present(backend, image))
+        checks["image"] = await _bounded(lambda: _image_present(images, image))
     checks["registry"] = await _bounded(_writer(registry))
     return checks
 
@@ -46,16 +48,13 @@ async def _bounded(check: Callable[[], Awaitable[object]]) -> str:
     return answer if isinstance(answer, str) else OK
 
 
-async def _image_present(backend: Backend, image: str | None) -> str:
-    from orchestrator.backend.docker import DockerBackend  # the Docker SDK is slow to import
-
-    if not isinstance(backend, DockerBackend):
-        return UNCHECKED
+async def _image_present(images: ImageSource, image: str | None) -> str:
     if image is None:
         return "no worker image chosen yet"
-    from orchestrator.images.worker import image_exists
-
-    return OK if await image_exists(backend.client, image) else f"image {image} is missing"
+    present = await images.check_image(image)
+    if present is None:
+        return UNCHECKED
+    return OK if present else f"image {image} is missing"
 
 
 def _writer(registry: Registry) -> Callable[[], Awaitable[None]]:

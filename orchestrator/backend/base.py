@@ -44,6 +44,7 @@ __all__ = [
     "ExecResult",
     "ExecSpec",
     "ExecStream",
+    "ImageSource",
     "check_exec_spec",
     "run_to_completion",
 ]
@@ -246,6 +247,21 @@ class Backend(Protocol):
         self, container_id: str, spec: ExecSpec, *, timeout: float, max_output_bytes: int
     ) -> ExecResult:
         """Run to completion with stdin closed (``run_to_completion``)."""
+        ...
+
+
+class ImageSource(Protocol):
+    """Where a backend's session images come from: the reference (tag, digest, name the nodes
+    know) of a template's current image. Docker's builds what is missing (``images/``); a
+    backend that builds nothing knows only the references it was configured with."""
+
+    async def image_for(self, template: str) -> str:
+        """The reference of ``template``'s current image, made first where this source can;
+        ``TemplateNotBuiltError`` when it has none and makes none."""
+        ...
+
+    async def check_image(self, reference: str) -> bool | None:
+        """Whether the engine has the image (``/readyz``); None when this source cannot tell."""
         ...
 
 

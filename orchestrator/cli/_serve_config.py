@@ -20,6 +20,11 @@ overrides the built-in defaults. Paths in the file are relative to the file's di
     auth_failures_per_minute = 30
     max_streams_per_tenant = 16
     log_format = "json"
+    backend = "kubernetes"          # docs/kubernetes.md; default "docker"
+    kubeconfig = "kubeconfig.yaml"
+    context = "sandhold"
+    namespace = "sandhold"
+    runtime_class = "gvisor"
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core.config import BackendConfig, OrchestratorConfig
 from orchestrator._core.limits import DEFAULT_POOL_IDLE, MAX_POOL_SIZE
 from orchestrator.errors import ConfigFileError, InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig
@@ -44,7 +49,9 @@ _LIMITS = HttpLimitsConfig()
 # Where an option's value came from that wins over the file: the person, or their environment
 # (the names of click's ``ParameterSource``, whichever click typer carries).
 _GIVEN = frozenset({"COMMANDLINE", "ENVIRONMENT"})
-_PATHS = ("tenants", "data_dir", "registry")
+_PATHS = ("tenants", "data_dir", "registry", "kubeconfig")
+# The options of the Kubernetes backend (``backend.kubernetes.KubernetesSettings``).
+KUBERNETES_OPTIONS = ("kubeconfig", "context", "namespace", "runtime_class")
 
 
 class ServeSettings(BaseModel):
@@ -71,6 +78,20 @@ class ServeSettings(BaseModel):
     auth_failures_per_minute: int = Field(default=_LIMITS.auth_failures_per_minute, ge=1)
     max_streams_per_tenant: int = Field(default=_LIMITS.max_streams_per_tenant, ge=1)
     log_format: Literal["text", "json"] = "text"
+    backend: Literal["docker", "kubernetes"] = "docker"
+    kubeconfig: Path | None = None
+    context: str | None = Field(default=None, min_length=1, max_length=253)
+    namespace: str | None = Field(default=None, min_length=1, max_length=63)
+    runtime_class: str | None = Field(default=None, min_length=1, max_length=253)
+
+    def backend_config(self) -> BackendConfig:
+        """The engine these settings choose; Kubernetes' options on another engine are refused
+        rather than ignored."""
+        options = {k: getattr(self, k) for k in KUBERNETES_OPTIONS if getattr(self, k) is not None}
+        if self.backend != "kubernetes" and options:
+            given = ", ".join(f"--{k.replace('_', '-')}" for k in options)
+            raise InvalidArgumentError(f"{given}: only with --backend kubernetes")
+        return BackendConfig(name=self.backend, options=options)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import typer
@@ -31,7 +32,14 @@ from orchestrator.cli._serve_config import ServeSettings
 from orchestrator.cli.image import with_image
 from orchestrator.cli.tenant import default_tenants_file
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
-from orchestrator.http import HttpLimitsConfig, HttpServer, build_app, limit_log_rate
+from orchestrator.http import (
+    Front,
+    FrontDoor,
+    HttpLimitsConfig,
+    HttpServer,
+    build_app,
+    limit_log_rate,
+)
 from orchestrator.policy.model import load_policy
 
 __all__ = ["plan_serving", "serve_until_stopped"]
@@ -73,7 +81,9 @@ def plan_serving(settings: ServeSettings) -> _Plan:
     if settings.data_dir is not None:  # for everything that reads it: keys, registry, tenants
         os.environ["SANDHOLD_DATA_DIR"] = str(settings.data_dir)
     policy = settings.policy
-    config = OrchestratorConfig.from_env(**({"default_policy": policy} if policy else {}))
+    config = OrchestratorConfig.from_env(
+        backend=settings.backend_config(), **({"default_policy": policy} if policy else {})
+    )
     load_policy(config.default_policy, search_dirs=config.policy_dirs)  # fail before a build
     config = config.with_default_pool(settings.pool, settings.pool_idle)
     tenants = _tenants_file(settings.tenants)
@@ -181,7 +191,14 @@ def _url(listener: socket.socket) -> str:
 
 class _Server(HttpServer):
     """uvicorn without signal handlers of its own: this command handles the signals (uvicorn's
-    would re-raise a caught SIGTERM after serving, killing the process before the teardown)."""
+    would re-raise a caught SIGTERM after serving, killing the process before the teardown).
+    It serves only an app behind the front door (``orchestrator.http.FrontDoor``): keys,
+    budgets, body bounds and stream limits hold on every port, a port added later included."""
+
+    def __init__(self, app: Any, **options: Any) -> None:
+        if not isinstance(app, FrontDoor):
+            raise TypeError(f"serve serves apps behind the front door only, not {app!r}")
+        super().__init__(app, **options)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -236,8 +253,16 @@ async def _serve(plan: _Plan, run: _Run) -> None:
         run.startup = anyio.CancelScope()  # a signal while the pool warms ends the warm-up
         with run.startup:
             await _warm_pool(orchestrator)
+        # One front for both ports: a wrong key costs its address on either, and a tenant's
+        # streams are counted together.
+        front = Front(
+            plan.keys,
+            limits=limits,
+            metrics=orchestrator.metrics,
+            audit=lambda: orchestrator.audit_log,
+        )
         run.server = _Server(
-            build_app(orchestrator, plan.keys, host=plan.host, limits=limits),
+            build_app(orchestrator, plan.keys, host=plan.host, limits=limits, front=front),
             limits=limits,
             lifespan="on",
             log_level="info",
@@ -257,7 +282,7 @@ async def _serve(plan: _Plan, run: _Run) -> None:
         typer.echo(f"sandhold: registry {config.registry_path}: {summary}")
         run.reload = functools.partial(_reload, plan, orchestrator)
         try:
-            async with _e2b_serving(plan, orchestrator) as e2b:
+            async with _e2b_serving(plan, orchestrator, front) as e2b:
                 await run.server.serve(sockets=[plan.listener])
                 if e2b is not None:
                     e2b.should_exit = True
@@ -271,7 +296,9 @@ async def _serve(plan: _Plan, run: _Run) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _e2b_serving(plan: _Plan, orchestrator: Orchestrator) -> AsyncIterator[_Server | None]:
+async def _e2b_serving(
+    plan: _Plan, orchestrator: Orchestrator, front: Front
+) -> AsyncIterator[_Server | None]:
     """E2B's protocol on its own port beside the main one, while the main one serves (the
     caller tells it to stop when the main one has); nothing without ``--e2b-port``."""
     if plan.e2b_listener is None:
@@ -280,7 +307,7 @@ async def _e2b_serving(plan: _Plan, orchestrator: Orchestrator) -> AsyncIterator
     from orchestrator.e2b import build_e2b_app  # needs connectrpc: only when asked for
 
     server = _Server(
-        build_e2b_app(orchestrator, plan.keys),
+        build_e2b_app(orchestrator, plan.keys, front=front),
         limits=plan.limits,
         lifespan="on",
         log_level="info",

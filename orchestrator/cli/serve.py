@@ -45,7 +45,7 @@ wins over ``SANDHOLD_POLICY``), ``SANDHOLD_POOL`` for ``--pool``, ``SANDHOLD_POO
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -57,6 +57,7 @@ from orchestrator.http._limits import HttpLimitsConfig
 __all__ = ["serve"]
 
 _LIMITS = HttpLimitsConfig()  # the options' defaults
+Backend = Literal["docker", "kubernetes"]
 
 
 def serve(
@@ -147,6 +148,34 @@ def serve(
     max_streams_per_tenant: Annotated[
         int, typer.Option(min=1, help="Event streams (SSE, GET /mcp) a tenant holds at once.")
     ] = _LIMITS.max_streams_per_tenant,
+    backend: Annotated[
+        Backend,
+        typer.Option(
+            envvar="SANDHOLD_BACKEND",
+            help="The engine that runs the sessions: docker, or kubernetes (a Pod per session; "
+            "docs/kubernetes.md).",
+        ),
+    ] = "docker",
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kubernetes: the kubeconfig file (default: $KUBECONFIG, else in-cluster "
+            "configuration in a Pod, else ~/.kube/config).",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(help="Kubernetes: the kubeconfig context (default: current).")
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="Kubernetes: the namespace of the session Pods (default: the context's)."
+        ),
+    ] = None,
+    runtime_class: Annotated[
+        str | None,
+        typer.Option(help="Kubernetes: the RuntimeClass of session Pods (gVisor, say)."),
+    ] = None,
     log_format: Annotated[
         LogFormat,
         typer.Option(

@@ -69,12 +69,12 @@ def kill(
 
 
 async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[FleetEntry]:
-    from orchestrator.backend.docker import DockerBackend, DockerClient
+    from orchestrator._core.engines import open_backend
     from orchestrator.registry.fleet import list_fleet
 
     # Docker 20.10 answers a one-shot stats at its collector's next tick, about a second: asked
     # all at once, a hundred containers cost one tick rather than one per 16.
-    backend = DockerBackend(DockerClient(max_concurrency=PS_STATS_CONCURRENCY))
+    backend = open_backend(stats_concurrency=PS_STATS_CONCURRENCY)
     try:
         return await list_fleet(backend, owners=owners)
     finally:
@@ -82,10 +82,10 @@ async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[
 
 
 async def _with_backend_kill(session_id: str) -> int:
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator._core.engines import open_backend
     from orchestrator.registry.fleet import kill_session
 
-    backend = DockerBackend()
+    backend = open_backend()
     try:
         return await kill_session(backend, session_id)
     finally:
