@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.backend.network_log import EgressCounters, parse_counters, parse_log
 from orchestrator.worker.egress_proxy import ENDED_RULE, MAX_HEAD_BYTES, Proxy, Settings
+from tests.unit.test_egress_proxy import _client_hello
 
 TOKEN = "end-token"
 AUTH = "Proxy-Authorization: Basic " + base64.b64encode(f"sandbox:{TOKEN}".encode()).decode()
@@ -153,6 +154,37 @@ def test_final_closes_an_open_download_and_its_totals_are_exactly_what_the_clien
             assert not rig.proxy.open
 
     asyncio.run(scenario())
+
+
+def test_a_tunnel_opened_before_the_end_forwards_nothing_after_it(tmp_path: Path) -> None:
+    """``CONNECT`` answered, then the end, then the ClientHello: the proxy was waiting for the
+    hello, not yet connected upstream, and must not forward it once the accounting is over."""
+    received: list[bytes] = []
+
+    async def keep_all(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read())
+
+    async def scenario() -> None:
+        async with _rig(tmp_path, keep_all) as rig, asyncio.timeout(WAIT):
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.proxy_port)
+            writer.write(
+                f"CONNECT localhost:{rig.upstream_port} HTTP/1.1\r\n{AUTH}\r\n\r\n".encode()
+            )
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            counters = _counters(await _final(rig))
+            writer.write(_client_hello("localhost"))
+            writer.write_eof()
+            assert await reader.read() == b""  # closed, nothing relayed either way
+            writer.close()
+            while rig.proxy.active:  # noqa: ASYNC110 (no event: the handler's end)
+                await asyncio.sleep(0.01)
+            assert not any(received) and rig.proxy.sent == counters.bytes_sent == 0
+
+    asyncio.run(scenario())
+    entries = parse_log((tmp_path / "log.jsonl").read_bytes())
+    assert [(e["method"], e["decision"], e["rule"]) for e in entries] == [
+        ("CONNECT", "deny", ENDED_RULE)
+    ]
 
 
 def test_any_other_control_line_is_closed_unanswered_and_ends_nothing(tmp_path: Path) -> None:
