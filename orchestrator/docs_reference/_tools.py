@@ -51,17 +51,29 @@ def _check_results() -> None:
         raise ValueError(f"meanings of fields the models do not have: {stale}")
 
 
+# The fields every result of every tool may have (the MCP ``outputSchema`` says only that a
+# result is an object with ``success``: it is kept small, as a model reads it every turn).
+ENVELOPE = {
+    "success": ("boolean", "Whether the operation succeeded."),
+    "operation": ("string or null", "The operation called."),
+    "error_type": ("string or null", "A stable code, on failure."),
+    "error_message": ("string or null", "For people, on failure."),
+    "session_id": ("string or null", "The session the call used."),
+    "unicode_replaced": (
+        "boolean",
+        "Set when text no UTF-8 can carry was replaced by U+FFFD.",
+    ),
+}
+
+
 def _envelope() -> str:
-    schema = next(iter(TOOLS.values())).output_schema()
-    rows = [
-        [f"`{name}`", type_of(prop), prop.get("description", "")]
-        for name, prop in schema["properties"].items()
-    ]
+    rows = [[f"`{name}`", kind, meaning] for name, (kind, meaning) in ENVELOPE.items()]
     return "\n\n".join(
         [
             "## Every result",
             "Each result is an object with `success` first, then `operation`, then the "
-            "operation's fields. These are shared by every tool (its MCP `outputSchema`):",
+            "operation's fields (listed below for each operation). These are shared by every "
+            "tool; its MCP `outputSchema` is an open object that requires `success`:",
             table(["field", "type", "meaning"], rows),
         ]
     )
@@ -76,7 +88,10 @@ def _tool(tool: Tool) -> str:
         f"idempotent: {'yes' if tool.idempotent else 'no'}",
         f"open world: {'yes' if tool.open_world else 'no'}",
     ]
-    parts = [f"## `{tool.name}`: {tool.title}", tool.description, "; ".join(hints) + "."]
+    parts = [f"## `{tool.name}`: {tool.title}", tool.description]
+    if tool.notes:
+        parts.append(tool.notes)
+    parts.append("; ".join(hints) + ".")
     listing = [
         [f"[`{o.name}`](#{tool.name}{o.name})", o.description] for o in tool.operations.values()
     ]

@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from typing import IO, TYPE_CHECKING, Any, Protocol, Self
@@ -63,11 +64,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCResponse
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from orchestrator.mcp_server.handshake import INSTRUCTIONS, SERVER_NAME, EarlyAnswer, server_version
 from orchestrator.mcp_server.output_relay import OutputRelay
-from orchestrator.tools import TOOLS, Tool
+from orchestrator.tools import DEFAULT_TOOL_SET, TOOL_SET_NAMES, TOOLS, Tool, tool_set
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult
@@ -89,11 +91,12 @@ __all__ = [
 ]
 
 UNKNOWN_TOOL = f"unknown tool; the tools are: {', '.join(TOOLS)}"
-READ_ONLY_OPERATIONS_META = "sandhold/readOnlyOperations"
 # A stdin read asks for at most this much; a frame longer than this arrives in several reads.
 STDIN_CHUNK_BYTES = 1 << 16
 IMAGE_MIME_TYPES = ("image/png", "image/jpeg")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# The query parameter of the HTTP endpoint that picks the tool set (``/mcp?tools=agent``).
+TOOLS_QUERY = "tools"
 
 
 class ToolCaller(Protocol):
@@ -138,9 +141,13 @@ def image_content(structured: Mapping[str, Any]) -> list[types.ImageContent]:
     return images
 
 
-def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Server[Any]:
-    """An MCP server exposing the tools of ``orchestrator.tools`` on ``orchestrator``."""
-    listing = types.ListToolsResult(tools=[mcp_tool(tool) for tool in TOOLS.values()])
+def build_mcp_server(
+    orchestrator: ToolCaller, *, tenant: TenantResolver, tools: str = DEFAULT_TOOL_SET
+) -> Server[Any]:
+    """An MCP server exposing the tools of ``orchestrator.tools`` on ``orchestrator``, listing
+    the tool set ``tools`` (``orchestrator.tools.tool_set``; every call reaches the whole tool
+    whatever the set)."""
+    listing = types.ListToolsResult(tools=[mcp_tool(tool) for tool in tool_set(tools).values()])
     schemas = {tool.name: tool.input_schema for tool in listing.tools}
 
     async def list_tools(
@@ -190,8 +197,11 @@ def build_mcp_server(orchestrator: ToolCaller, *, tenant: TenantResolver) -> Ser
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
-    """A tool of the contract as MCP lists it: schemas, title, hints (see ``Tool``), and the read
-    operations under ``_meta``, since MCP's hints describe a whole tool."""
+    """A tool of the contract as MCP lists it: schemas, title and hints (see ``Tool``; its read
+    operations are in the tool reference). A model reads the list on every turn, so a hint is
+    sent only where it differs from MCP's default (destructive, open world, not idempotent),
+    ``readOnlyHint`` always, and the title once."""
+    read_only = tool.read_only
     return types.Tool(
         name=tool.name,
         title=tool.title or None,
@@ -199,13 +209,11 @@ def mcp_tool(tool: Tool) -> types.Tool:
         input_schema=tool.input_schema(),
         output_schema=tool.output_schema(),
         annotations=types.ToolAnnotations(
-            title=tool.title or None,
-            read_only_hint=tool.read_only,
-            destructive_hint=not tool.read_only,
-            idempotent_hint=tool.idempotent,
-            open_world_hint=tool.open_world,
+            read_only_hint=read_only,
+            destructive_hint=None if not read_only else False,
+            idempotent_hint=tool.idempotent or None,
+            open_world_hint=None if tool.open_world else False,
         ),
-        _meta={READ_ONLY_OPERATIONS_META: sorted(tool.read_only_operations)},
     )
 
 
@@ -227,14 +235,16 @@ async def serve_stdio(
     orchestrator: ToolCaller,
     *,
     tenant: str = "local",
+    tools: str = DEFAULT_TOOL_SET,
     answered: anyio.Event | None = None,
     early: EarlyAnswer | None = None,
 ) -> None:
     """Serve one MCP client on this process's stdin/stdout until stdin ends; every call is made
     as ``tenant``. While serving, fd 1 points at stderr so nothing but MCP frames reaches stdout.
     ``answered``, if given, is set once the first request (``initialize``) has been answered;
-    ``early`` is what ``mcp_handshake.answer_initialize_early`` read and answered already."""
-    server = build_mcp_server(orchestrator, tenant=lambda: tenant)
+    ``early`` is what ``mcp_handshake.answer_initialize_early`` read and answered already;
+    ``tools`` the tool set listed."""
+    server = build_mcp_server(orchestrator, tenant=lambda: tenant, tools=tools)
     await run_stdio(server, answered=answered, early=early)
 
 
@@ -336,19 +346,39 @@ class _StdinLines(anyio.AsyncFile[str]):
 
 
 class McpHttpApp:
-    """The MCP streamable HTTP endpoint as an ASGI app; ``run()`` must be entered around serving."""
+    """The MCP streamable HTTP endpoint as an ASGI app; ``run()`` must be entered around serving.
+    The query ``?tools=NAME`` picks the tool set listed (``TOOL_SET_NAMES``; default ``all``),
+    so each client chooses its own; another name is answered 400 ``invalid_argument``."""
 
-    def __init__(self, session_manager: StreamableHTTPSessionManager) -> None:
-        self.session_manager = session_manager
-        self._asgi = StreamableHTTPASGIApp(session_manager)
+    def __init__(self, session_managers: Mapping[str, StreamableHTTPSessionManager]) -> None:
+        self.session_managers = dict(session_managers)
+        self._asgi = {
+            name: StreamableHTTPASGIApp(manager) for name, manager in session_managers.items()
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._asgi(scope, receive, send)
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        name = query.get(TOOLS_QUERY, [DEFAULT_TOOL_SET])[-1]
+        app = self._asgi.get(name)
+        if app is None:
+            known = ", ".join(self._asgi)
+            refusal = JSONResponse(
+                {
+                    "error_type": "invalid_argument",
+                    "error_message": f"unknown tool set {name!r}; the sets are: {known}",
+                },
+                status_code=400,
+            )
+            await refusal(scope, receive, send)
+            return
+        await app(scope, receive, send)
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
         """The lifespan: requests are served only inside it; it can be entered once."""
-        async with self.session_manager.run():
+        async with contextlib.AsyncExitStack() as stack:
+            for manager in self.session_managers.values():
+                await stack.enter_async_context(manager.run())
             yield
 
 
@@ -365,9 +395,12 @@ def streamable_http_app(
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
-    manager = StreamableHTTPSessionManager(
-        app=build_mcp_server(orchestrator, tenant=tenant),
-        stateless=True,
-        security_settings=security,
-    )
-    return McpHttpApp(manager)
+    managers = {
+        name: StreamableHTTPSessionManager(
+            app=build_mcp_server(orchestrator, tenant=tenant, tools=name),
+            stateless=True,
+            security_settings=security,
+        )
+        for name in TOOL_SET_NAMES
+    }
+    return McpHttpApp(managers)

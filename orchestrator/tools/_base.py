@@ -81,12 +81,15 @@ class Tool:
     writes: it is read-only only when every operation is; it may destroy (overwrite a file, end
     a session or a process) whenever one operation writes; ``idempotent`` when repeating any call
     has no further effect; ``open_world`` when what runs may reach the network a policy allows.
-    ``read_only_operations`` names the reads, for clients that look per operation."""
+    ``read_only_operations`` names the reads, for clients that look per operation.
+    ``description`` is advertised (a model reads it every turn: short); ``notes`` are for the
+    reference page only."""
 
     name: str
     description: str
     operations: Mapping[str, Operation]
     title: str = ""
+    notes: str = ""
     read_only_operations: frozenset[str] = frozenset()
     idempotent: bool = False
     open_world: bool = False
@@ -102,7 +105,7 @@ class Tool:
     def input_schema(self) -> dict[str, Any]:
         """One JSON schema for the tool: ``operation`` as an enum, every argument described
         (the shape is in ``orchestrator.tools._schema``)."""
-        return input_schema(self.description, self.operations)
+        return input_schema(self.operations)
 
     @cached_property
     def unset_values(self) -> Mapping[str, tuple[Any, ...]]:

@@ -1,21 +1,32 @@
-"""The JSON schemas a tool advertises, made from its operations' argument models.
+"""The JSON schemas a tool advertises, made from its operations' argument models, lean: a model
+reads them on every turn, so each thing is said once and the detail lives in
+docs/reference/tools.md (generated from the same models).
 
-**Input.** One object for the whole tool: ``operation`` (an enum, required) and every argument
-of every operation. Each argument says which operations use it and which require it, and is
-nullable: null means unset, and a field an operation does not use may be omitted, null, or its
-advertised default (``call_tool`` drops those; see docs/tool-contract.md). The shape passes
-OpenAI's strict-mode conversion (openai-agents ``ensure_strict_json_schema``), which makes every
-field required: no ``default`` keyword (the default is in the description), no open maps (a
-str-to-str map such as ``env`` is advertised as a list of ``{name, value}`` pairs; the map is
-accepted too), no ``$ref``, and ``additionalProperties: false`` on every object.
+**Input.** One object for the whole tool: ``operation`` (an enum, required; its description
+lists each operation with its arguments, ``?`` marking the optional ones) and every argument of
+every operation. Each argument is said once: its type, and the first sentence of what it means
+(with its default, where it has one). Every argument but ``operation`` is optional and nullable:
+null means unset, and a field an operation does not use may be omitted, null, or its advertised
+default (``call_tool`` drops those; see docs/tool-contract.md).
 
-**Output.** The envelope every result of the tool shares (``success``, ``operation``, the
-error pair, the ids); operations add their own fields, so the envelope stays open.
+The shape is the one every stack driven in tests/frameworks accepts:
+
+- a flat ``type`` list with ``"null"`` in it, and ``nullable: true`` beside it (smolagents
+  reads ``type`` alone, refuses ``anyOf``, and takes a field as optional only when it is
+  ``nullable``);
+- OpenAI strict mode's rules (openai-agents ``ensure_strict_json_schema`` makes every field
+  required): no ``default`` keyword (the default is in the description), no open maps (a
+  str-to-str map such as ``env`` is advertised as a list of ``{name, value}`` pairs; the map is
+  accepted too), no ``$ref``, and ``additionalProperties: false`` on every object.
+
+**Output.** The envelope every result of the tool shares (``success``, the error pair) and
+``additionalProperties: true``: each operation adds its own fields (listed per operation in
+docs/reference/tools.md), and a client that builds a type from the schema (fastmcp's ``.data``)
+keeps them.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,27 +39,31 @@ PAIRS_SCHEMA: dict[str, Any] = {
     "items": {
         "type": "object",
         "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
-        "required": ["name", "value"],
+        # No "required": strict conversions make every property required themselves, and a
+        # pair without both is refused by the tool layer all the same (its bytes are 7 x 26
+        # of a tight list).
         "additionalProperties": False,
     },
 }
-_NULLABLE_TEXT = {"type": ["string", "null"]}
+# Each argument name, with the operations that take it and their property schemas.
+Uses = dict[str, list[tuple[str, dict[str, Any]]]]
 # Keywords of a property schema that OpenAI's strict mode does not take, or that describe it
 # rather than constrain it; the description says what they said.
-_DROPPED = frozenset({"title", "default"})
+_DROPPED = frozenset({"title", "default", "description"})
 
 
-def input_schema(tool_description: str, operations: Mapping[str, Operation]) -> dict[str, Any]:
+def input_schema(operations: Mapping[str, Operation]) -> dict[str, Any]:
     """The tool's one input schema (see the module doc)."""
+    uses = field_uses(operations)
+    common = _required_by_all(operations, uses)
+    listing = "; ".join(_signature(o, uses, common) for o in operations.values())
+    if common:
+        listing = f"All take {', '.join(common)}. {listing}"
     properties: dict[str, Any] = {
-        "operation": {
-            "type": "string",
-            "enum": list(operations),
-            "description": "; ".join(f"{o.name}: {o.description}" for o in operations.values()),
-        }
+        "operation": {"type": "string", "enum": list(operations), "description": listing}
     }
-    for name, uses in field_uses(operations).items():
-        properties[name] = _advertised(uses[0][1], _described(uses))
+    for name, field in uses.items():
+        properties[name] = _advertised(field[0][1])
     return {
         "type": "object",
         "properties": properties,
@@ -58,27 +73,14 @@ def input_schema(tool_description: str, operations: Mapping[str, Operation]) -> 
 
 
 def output_schema() -> dict[str, Any]:
-    """The envelope of every result; each operation adds its own fields."""
-    return {
-        "type": "object",
-        "properties": {
-            "success": {"type": "boolean", "description": "Whether the operation succeeded."},
-            "operation": {**_NULLABLE_TEXT, "description": "The operation called."},
-            "error_type": {**_NULLABLE_TEXT, "description": "A stable code, on failure."},
-            "error_message": {**_NULLABLE_TEXT, "description": "For people, on failure."},
-            "session_id": {**_NULLABLE_TEXT, "description": "The session the call used."},
-            "unicode_replaced": {
-                "type": "boolean",
-                "description": "Set when text no UTF-8 can carry was replaced by U+FFFD.",
-            },
-        },
-        "required": ["success"],
-    }
+    """Every result: an object with ``success``, open (no ``properties``), so a client that
+    builds a type from the schema (fastmcp's ``.data``) keeps every field as it came."""
+    return {"type": "object", "required": ["success"]}
 
 
-def field_uses(operations: Mapping[str, Operation]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+def field_uses(operations: Mapping[str, Operation]) -> Uses:
     """Each argument name, with the operations that take it and their property schemas."""
-    uses: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    uses: Uses = {}
     for operation in operations.values():
         schema = operation.args.model_json_schema()
         required = set(schema.get("required", ()))
@@ -97,44 +99,53 @@ def is_map(prop: Mapping[str, Any]) -> bool:
     )
 
 
-def _advertised(prop: dict[str, Any], description: str) -> dict[str, Any]:
+def _required_by_all(operations: Mapping[str, Operation], uses: Uses) -> list[str]:
+    """Arguments every operation of a tool requires (said once, not per operation)."""
+    if len(operations) < 2:
+        return []
+    return [
+        name
+        for name, field in uses.items()
+        if len(field) == len(operations) and all(prop["_required"] for _, prop in field)
+    ]
+
+
+def _signature(operation: Operation, uses: Uses, common: list[str]) -> str:
+    """``name(required arguments): what it does``; the optional arguments' names say the rest
+    (their meanings and defaults are in docs/reference/tools.md)."""
+    required = [
+        name
+        for name, field in uses.items()
+        for op, prop in field
+        if op == operation.name and prop["_required"] and name not in common
+    ]
+    return f"{operation.name}({','.join(required)}): {operation.description}"
+
+
+def _advertised(prop: dict[str, Any]) -> dict[str, Any]:
+    core = PAIRS_SCHEMA if is_map(prop) else _flat(prop)
+    return {**_with_null(core), "nullable": True}
+
+
+def _flat(prop: Mapping[str, Any]) -> dict[str, Any]:
+    """The property without the keywords strict mode refuses and with its ``anyOf`` of plain
+    types (``str | int``, ``float | None``) folded into one ``type`` list."""
     core = {k: v for k, v in prop.items() if k not in _DROPPED and not k.startswith("_")}
-    core.pop("description", None)
-    if is_map(prop):
-        core = {"anyOf": [PAIRS_SCHEMA, NULL]}
-        description += " A list of {name, value} pairs (an object of strings is taken too)."
-    return {**_nullable(core), "description": description}
+    branches = core.pop("anyOf", None)
+    if branches is None:
+        return core
+    kept = [b for b in branches if b != NULL]
+    if len(kept) == 1:
+        return {**core, **kept[0]}
+    if all(set(b) == {"type"} and isinstance(b["type"], str) for b in kept):
+        return {**core, "type": [b["type"] for b in kept]}
+    raise ValueError(f"an argument whose type no flat schema says: {prop}")
 
 
-def _nullable(core: dict[str, Any]) -> dict[str, Any]:
-    branches = core.get("anyOf")
-    if isinstance(branches, list):
-        return core if NULL in branches else {**core, "anyOf": [*branches, NULL]}
-    if isinstance(core.get("type"), str) and "enum" not in core:
-        return {**core, "type": [core["type"], "null"]}
-    return {"anyOf": [core, NULL]}
-
-
-def _described(uses: list[tuple[str, dict[str, Any]]]) -> str:
-    """What the argument is (per operation where they differ) and which operations use it."""
-    meanings: dict[str, list[str]] = {}
-    for op, prop in uses:
-        meanings.setdefault(prop.get("description", ""), []).append(op)
-    if len(meanings) == 1:
-        parts = [next(iter(meanings))]
-    else:
-        parts = [f"For {', '.join(ops)}: {text.rstrip('.')}." for text, ops in meanings.items()]
-    required = [op for op, prop in uses if prop["_required"]]
-    optional = [op for op, prop in uses if not prop["_required"]]
-    if required:
-        parts.append(f"Required by {', '.join(required)}.")
-    if optional:
-        parts.append(f"Optional for {', '.join(optional)}.")
-    defaults: dict[str, list[str]] = {}
-    for op, prop in uses:
-        if prop.get("default") is not None:
-            defaults.setdefault(json.dumps(prop["default"]), []).append(op)
-    for value, ops in defaults.items():
-        where = f" for {', '.join(ops)}" if len(ops) < len(uses) else ""
-        parts.append(f"Default{where}: {value}.")
-    return " ".join(filter(None, parts))
+def _with_null(core: dict[str, Any]) -> dict[str, Any]:
+    kind = core["type"]
+    kinds = [kind] if isinstance(kind, str) else list(kind)
+    nullable: dict[str, Any] = {**core, "type": [*kinds, "null"]}
+    if "enum" in core:
+        nullable["enum"] = [*core["enum"], None]
+    return nullable

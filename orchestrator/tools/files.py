@@ -127,23 +127,20 @@ FILES_TOOL = Tool(
     title="Session files",
     read_only_operations=frozenset({"read", "list", "stat", "exists", "download"}),
     idempotent=True,
-    description=(
-        "Read, write, list, stat, remove, move and make directories among a session's files "
-        "under /workspace; archives in and out as tar."
-    ),
+    description="A session's files under /workspace.",
     operations={
         op.name: op
         for op in (
-            Operation("write", "write a file (text or base64)", FileWriteArgs, _write),
-            Operation("read", "read a file (text, or base64 when binary)", PathArgs, _read),
-            Operation("list", "entries of a directory", FileListArgs, _list),
-            Operation("stat", "one entry (a symlink described, not followed)", PathArgs, _stat),
-            Operation("exists", "whether an entry is there, and its type", PathArgs, _exists),
-            Operation("remove", "remove a file, link or directory", RemoveArgs, _remove),
-            Operation("rename", "move an entry to new_path", RenameArgs, _rename),
-            Operation("make_dir", "make a directory (with its parents)", MakeDirArgs, _make_dir),
-            Operation("upload", "extract a tar archive into a directory", UploadArgs, _upload),
-            Operation("download", "a file or directory as a tar archive", PathArgs, _download),
+            Operation("write", "content or content_b64", FileWriteArgs, _write),
+            Operation("read", "text, or base64 if binary", PathArgs, _read),
+            Operation("list", "a directory", FileListArgs, _list),
+            Operation("stat", "one entry", PathArgs, _stat),
+            Operation("exists", "whether it exists", PathArgs, _exists),
+            Operation("remove", "remove an entry", RemoveArgs, _remove),
+            Operation("rename", "move to new_path", RenameArgs, _rename),
+            Operation("make_dir", "make a directory", MakeDirArgs, _make_dir),
+            Operation("upload", "extract a tar into path", UploadArgs, _upload),
+            Operation("download", "path as a tar", PathArgs, _download),
         )
     },
 )

@@ -80,23 +80,14 @@ PROCESS_TOOL = Tool(
     title="Background processes",
     read_only_operations=frozenset({"list", "read_output"}),
     open_world=True,
-    description=(
-        "Long-running background processes (servers, watchers) in a session's container, each "
-        "in its own process group with a size-capped log."
-    ),
+    description="Background processes (servers, watchers) in a session.",
     operations={
         op.name: op
         for op in (
-            Operation("start", "launch a command in the background", ProcessStartArgs, _start),
-            Operation(
-                "list", "processes with state, exit code, ports and age", ProcessListArgs, _list
-            ),
-            Operation(
-                "read_output", "the last lines of a process's output", ReadOutputArgs, _read_output
-            ),
-            Operation(
-                "kill", "end the whole process group (TERM, then KILL)", ProcessKillArgs, _kill
-            ),
+            Operation("start", "start a command", ProcessStartArgs, _start),
+            Operation("list", "state, exit code, ports", ProcessListArgs, _list),
+            Operation("read_output", "its last lines", ReadOutputArgs, _read_output),
+            Operation("kill", "end it", ProcessKillArgs, _kill),
         )
     },
 )

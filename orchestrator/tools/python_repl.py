@@ -124,40 +124,49 @@ PYTHON_REPL = Tool(
     name="python_repl",
     title="Python REPL",
     read_only_operations=frozenset(
-        {"list_sessions", "history", "history_context", "inspect", "list_variables"}
+        {
+            "list_sessions",
+            "history",
+            "history_context",
+            "inspect",
+            "list_variables",
+            "list_contexts",
+        }
     ),
     open_world=True,
-    description=(
-        "A persistent Python REPL in an isolated container: variables, imports and definitions "
-        "survive between calls of the same session."
-    ),
+    description="Persistent Python sessions, each in its own container; state is kept.",
     operations={
         op.name: op
         for op in (
             Operation(
-                "execute", "run code (creates a session without session_id)", ExecuteArgs, _execute
+                "execute", "run code; no session_id: in a new session", ExecuteArgs, _execute
             ),
-            Operation(
-                "reset", "restart the interpreter, clearing all state", ReplSessionArgs, _reset
-            ),
-            Operation(
-                "destroy", "end the session and remove its container", ReplSessionArgs, _destroy
-            ),
+            Operation("reset", "clear all state", ReplSessionArgs, _reset),
+            Operation("destroy", "end the session", ReplSessionArgs, _destroy),
             Operation("list_sessions", "your sessions", NoArgs, _list_sessions),
-            Operation("history", "code run in the session", ReplSessionArgs, _history),
+            Operation("history", "the cells run", ReplSessionArgs, _history),
             Operation(
                 "history_context",
-                "the history as context for another agent, within max_tokens",
+                "the history as Markdown",
                 HistoryContextArgs,
                 _history_context,
             ),
-            Operation("inspect", "type and value of one variable", InspectArgs, _inspect),
+            Operation("inspect", "one variable", InspectArgs, _inspect),
             Operation(
                 "list_variables",
-                "names and types of the session's variables",
+                "the variables",
                 ReplSessionArgs,
                 _list_variables,
             ),
+            Operation(
+                "create_context",
+                "a new REPL context (language, cwd) in the session",
+                CreateContextArgs,
+                _create_context,
+            ),
+            Operation("list_contexts", "the session's contexts", ReplSessionArgs, _list_contexts),
+            Operation("restart_context", "clear a context's state", ContextArgs, _restart_context),
+            Operation("remove_context", "end a context", ContextArgs, _remove_context),
         )
     },
 )

@@ -125,41 +125,36 @@ async def _close_owner(orch: SessionManager, tenant: str | None, args: CloseOwne
 SESSION_TOOL = Tool(
     name="session",
     title="Session control",
-    description=(
-        "Whole-session and owner operations: create makes a session (with a policy, an env "
-        "every process in it sees and metadata kept with it) without running anything; pause "
-        "freezes every process of a session (its state and files kept); resume thaws it (any "
-        "other call on a paused session does too). "
-        "set_timeout ends the session timeout_s from now (sooner or later than planned, never "
-        "past its policy's maximum lifetime); metrics answers its container's CPU and memory "
-        "now. "
-        "network_log lists the session's egress attempts (time, method, host, port, decision, "
-        "rule, bytes each way), the newest 512 at most; set_allowlist replaces the rules its "
-        "proxy applies to new connections, never wider than its policy's. "
-        "share grants listed actions on one of your task's terminals to another task of your "
-        "tenant; close_owner ends everything a task owns and closes the task."
+    description="Whole sessions and tasks: create, pause, lifetime, egress, sharing.",
+    notes=(
+        "`create` makes a session (with a policy, an env every process in it sees and metadata "
+        "kept with it) without running anything; `pause` freezes every process of a session "
+        "(its state and files kept); `resume` thaws it (any other call on a paused session "
+        "does too). `set_timeout` ends the session timeout_s from now (sooner or later than "
+        "planned, never past its policy's maximum lifetime); `metrics` answers its container's "
+        "CPU and memory now. `network_log` lists the session's egress attempts (time, method, "
+        "host, port, decision, rule, bytes each way), the newest 512 at most; `set_allowlist` "
+        "replaces the rules its proxy applies to new connections, never wider than its "
+        "policy's. `share` grants listed actions on one of your task's terminals to another "
+        "task of your tenant; `close_owner` ends everything a task owns and closes the task."
     ),
     operations={
         op.name: op
         for op in (
-            Operation("create", "make a new session, ready for work", CreateArgs, _create),
-            Operation("pause", "freeze the session until its next call", SessionArgs, _pause),
-            Operation("resume", "thaw a paused session", SessionArgs, _resume),
-            Operation(
-                "set_timeout", "end the session timeout_s from now", TimeoutArgs, _set_timeout
-            ),
-            Operation("metrics", "the session's CPU and memory now", SessionArgs, _metrics),
-            Operation("network_log", "the session's egress attempts", SessionArgs, _network_log),
+            Operation("create", "a new session", CreateArgs, _create),
+            Operation("pause", "freeze until the next call", SessionArgs, _pause),
+            Operation("resume", "thaw it", SessionArgs, _resume),
+            Operation("set_timeout", "end it timeout_s from now", TimeoutArgs, _set_timeout),
+            Operation("metrics", "CPU and memory", SessionArgs, _metrics),
+            Operation("network_log", "its egress attempts", SessionArgs, _network_log),
             Operation(
                 "set_allowlist",
-                "narrow the session's egress allowlist",
+                "narrow its egress rules",
                 AllowlistArgs,
                 _set_allowlist,
             ),
-            Operation("share", "grant actions on a terminal to another task", ShareArgs, _share),
-            Operation(
-                "close_owner", "end a task's sessions and close it", CloseOwnerArgs, _close_owner
-            ),
+            Operation("share", "grant terminal actions", ShareArgs, _share),
+            Operation("close_owner", "end a task", CloseOwnerArgs, _close_owner),
         )
     },
     read_only_operations=frozenset({"network_log", "metrics"}),

@@ -197,28 +197,23 @@ TERMINAL_TOOL = Tool(
     title="Terminals and shell",
     read_only_operations=frozenset({"read", "wait"}),
     open_world=True,
-    description=(
-        "Commands in a session's container: terminals (PTY or pipes) with output cursors, "
-        "input, signals and resize; and `run` in a persistent shell that keeps cwd and exports."
-    ),
+    description="Commands in a session: `run` in its persistent shell, or terminals.",
     operations={
         op.name: op
         for op in (
             Operation(
                 "start",
-                "start a command; returns at first output, exit or yield time",
+                "start a command",
                 TerminalStartArgs,
                 _start,
             ),
-            Operation("read", "output since a cursor, without waiting", TerminalReadArgs, _read),
-            Operation("wait", "wait for new output or exit, then read", TerminalWaitArgs, _wait),
-            Operation("write", "send input (close_stdin for pipes)", TerminalWriteArgs, _write),
-            Operation(
-                "interrupt", "SIGINT to the terminal's process group", TerminalIdArgs, _interrupt
-            ),
-            Operation("kill", "a signal, then KILL after a grace", TerminalKillArgs, _kill),
+            Operation("read", "output after since_seq or since_offset", TerminalReadArgs, _read),
+            Operation("wait", "read once output or exit comes", TerminalWaitArgs, _wait),
+            Operation("write", "send input", TerminalWriteArgs, _write),
+            Operation("interrupt", "send SIGINT", TerminalIdArgs, _interrupt),
+            Operation("kill", "a signal, then KILL", TerminalKillArgs, _kill),
             Operation("resize", "resize the PTY", ResizeArgs, _resize),
-            Operation("run", "run in the session's persistent shell", RunArgs, _run),
+            Operation("run", "run in the shell (cwd, exports kept)", RunArgs, _run),
         )
     },
 )
