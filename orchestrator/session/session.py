@@ -25,6 +25,7 @@ from orchestrator.policy.model import Policy
 from orchestrator.session.files.operations import SessionFiles
 from orchestrator.session.history import CodeHistory
 from orchestrator.session.processes import SessionProcesses
+from orchestrator.session.repl.contexts import ReplContexts
 from orchestrator.session.repl.interpreter import Repl
 from orchestrator.session.shell import PersistentShell
 from orchestrator.session.terminal.terminals import SessionTerminals
@@ -50,6 +51,8 @@ class Session:
     policy: Policy
     container_id: str
     repl: Repl
+    # The REPL contexts beside ``repl`` (the default one), made on request.
+    contexts: ReplContexts
     files: SessionFiles
     processes: SessionProcesses
     terminals: SessionTerminals
@@ -97,6 +100,7 @@ class Session:
             repl=Repl(
                 backend, container_id, policy, adopt_pid=adopt_pid, on_new_worker=on_new_worker
             ),
+            contexts=ReplContexts(backend, container_id, policy),
             files=SessionFiles(backend, container_id, policy),
             processes=SessionProcesses(backend, container_id, policy),
             terminals=SessionTerminals(backend, container_id, policy),
@@ -114,6 +118,7 @@ class Session:
         self.processes.session_env = self.env
         self.shell.session_env = self.env
         await self.repl.set_env(self.env)
+        await self.contexts.set_env(self.env)
 
     @property
     def busy(self) -> bool:
@@ -151,7 +156,7 @@ class Session:
         is closed even when an earlier one failed."""
         with anyio.CancelScope(shield=True):
             self.closed = True
-            for part in (self.terminals, self.shell, self.files, self.repl):
+            for part in (self.terminals, self.shell, self.files, self.contexts, self.repl):
                 try:
                     if part is self.repl and keep_worker:
                         await self.repl.detach()

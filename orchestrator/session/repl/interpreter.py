@@ -129,8 +129,11 @@ class Repl:
         worker_argv: Sequence[str] = WORKER_ARGV,
         adopt_pid: int | None = None,
         on_new_worker: Callable[[int], None] | None = None,
+        persist: bool = True,
     ) -> None:
         self._backend = backend
+        # A persistent worker outlives its stream for the next orchestrator to re-adopt.
+        self._persist = persist
         self._container_id = container_id
         self._policy = policy
         self._worker_argv = worker_argv
@@ -162,7 +165,7 @@ class Repl:
                 self._worker = await WorkerProcess.start(
                     self._backend,
                     self._container_id,
-                    worker_config(self._policy),
+                    {**worker_config(self._policy), "persist": self._persist},
                     max_frame=self._policy.output.max_reply_bytes + FRAME_SLACK_BYTES,
                     argv=self._worker_argv,
                     env=self._session_env,

@@ -1,0 +1,237 @@
+"""The bash kernel: one long-lived ``bash`` whose variables, functions, exports and cwd last from
+cell to cell, behind the worker protocol (kernel.py).
+
+Each cell is written to a file of the kernel's own and sourced (``.``) with stdin from
+/dev/null, so a cell can never read the commands that follow it; after it, bash prints a marker
+made of a random token (never shown to the cell) and the cell's status on stdout, and the token
+on stderr: output up to the markers is the cell's. A non-zero status is the cell's error
+(``ExitCode``), as Jupyter's bash kernel reports it. A cell's env is given as assignments before
+the ``.``, which bash keeps for that command only (and exports to its children).
+
+SIGINT (the host's timeout) goes to bash's whole process group: the command running dies, and
+bash's ``trap`` returns from the sourced cell, its state kept. bash dies with the kernel
+(PR_SET_PDEATHSIG), so a kernel SIGKILLed after the grace leaves no shell behind.
+"""
+
+import ctypes
+import os
+import re
+import secrets
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+if __name__ == "__main__" and not __package__:
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_here))
+    __package__ = os.path.basename(_here)
+
+import contextlib
+
+from .config import WorkerConfig
+from .kernel import Sink, run
+
+BASH_ARGV = ("bash", "--norc", "--noprofile")
+# Set once at start: an interrupted cell returns from its ``.`` with the status of a SIGINT.
+PRELUDE = "trap 'return 130 2>/dev/null' INT\n"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PR_SET_PDEATHSIG = 1
+_READ_BYTES = 1 << 16
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class BashAdapter:
+    def __init__(self, config: WorkerConfig) -> None:
+        self._limit = config.max_stream_bytes
+        self._dir = tempfile.mkdtemp(prefix="sandhold-bash-")
+        self._cell = os.path.join(self._dir, "cell.sh")
+        self._token = secrets.token_hex(16).encode()
+        self._process = subprocess.Popen(
+            BASH_ARGV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self._write(PRELUDE.encode())
+        found = subprocess.run(
+            ["bash", "-c", "echo $BASH_VERSION"], capture_output=True, text=True, check=False
+        )
+        self.version = "bash " + found.stdout.strip()[:48]
+        self._running = False
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def _write(self, data: bytes) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(data)
+        self._process.stdin.flush()
+
+    def set_env(self, env: "dict[str, str]") -> None:
+        exports = "".join(
+            f"export {name}={shlex.quote(value)}\n"
+            for name, value in env.items()
+            if _NAME.match(name)
+        )
+        self._write(exports.encode())
+
+    def interrupt(self) -> None:
+        if self._running:
+            with contextlib.suppress(OSError):
+                os.killpg(self._process.pid, signal.SIGINT)
+
+    def execute(self, code: str, env: "dict[str, str]", sink: Sink | None) -> "dict[str, Any]":
+        bad = [name for name in env if not _NAME.match(name)]
+        started, cpu = time.perf_counter(), self._cpu_seconds()
+        if bad:
+            return _reply(False, "validation", f"not a shell variable name: {bad[0][:64]!r}")
+        with open(self._cell, "w", encoding="utf-8", errors="surrogateescape") as cell:
+            cell.write(code if code.endswith("\n") else code + "\n")
+        assignments = "".join(f"{n}={shlex.quote(v)} " for n, v in env.items())
+        token = self._token.decode()
+        command = (
+            f"{assignments}. {shlex.quote(self._cell)} </dev/null; "
+            f"printf '%s%d\\n' {token} \"$?\"; printf '%s\\n' {token} >&2\n"
+        )
+        self._running = True
+        try:
+            self._write(command.encode())
+            streams, status = self._collect(sink)
+        except OSError:
+            streams, status = self._collect(sink)
+        finally:
+            self._running = False
+        reply = _reply(True)
+        if status is None:
+            reply = _reply(
+                False, "ExitCode", "the shell exited; the context restarts on its next cell"
+            )
+        elif status == 130:
+            reply = _reply(False, "KeyboardInterrupt", "interrupted", interrupted=True)
+        elif status != 0:
+            reply = _reply(False, "ExitCode", f"exit status {status}")
+        for index, name in enumerate(("stdout", "stderr")):
+            data, total = streams[index]
+            reply[name] = data.decode("utf-8", "replace")
+            reply[f"{name}_bytes"] = total
+            reply["truncated"] = reply["truncated"] or total > len(data)
+        reply["execution_time_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        reply["cpu_time_ms"] = round(max(self._cpu_seconds() - cpu, 0.0) * 1000, 3)
+        return reply
+
+    def _collect(self, sink: Sink | None) -> "tuple[list[tuple[bytes, int]], int | None]":
+        """Both streams up to their markers; the cell's status, or None if bash ended."""
+        assert self._process.stdout is not None
+        assert self._process.stderr is not None
+        fds = (self._process.stdout.fileno(), self._process.stderr.fileno())
+        pipes = [_Pipe(fd, self._token, self._limit, sink, index) for index, fd in enumerate(fds)]
+        with selectors.DefaultSelector() as selector:
+            for pipe in pipes:
+                selector.register(pipe.fd, selectors.EVENT_READ, pipe)
+            while not all(pipe.done for pipe in pipes):
+                for key, _ in selector.select():
+                    pipe = key.data
+                    pipe.feed(os.read(pipe.fd, _READ_BYTES))
+                    if pipe.done:
+                        selector.unregister(pipe.fd)
+        status = pipes[0].status
+        return [(p.kept, p.total) for p in pipes], status
+
+    def _cpu_seconds(self) -> float:
+        """CPU time of bash and the commands it waited for (its /proc stat)."""
+        try:
+            with open(f"/proc/{self._process.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _Pipe:
+    """One of bash's output pipes during a cell: what comes before the marker, kept up to the
+    stream cap and streamed as it comes; the tail that may be the start of the marker is held
+    back until the next read tells."""
+
+    def __init__(self, fd: int, token: bytes, limit: int, sink: Sink | None, index: int) -> None:
+        self.fd = fd
+        self._token = token
+        self._limit = limit
+        self._sink = sink
+        self._index = index
+        self._pending = b""
+        self.kept = b""
+        self.total = 0
+        self.done = False
+        self.status: int | None = None
+
+    def feed(self, data: bytes) -> None:
+        if not data:  # bash is gone
+            self._emit(self._pending)
+            self.done = True
+            return
+        self._pending += data
+        at = self._pending.find(self._token)
+        if at < 0:
+            hold = len(self._token) - 1
+            self._emit(self._pending[:-hold] if len(self._pending) > hold else b"")
+            self._pending = self._pending[-hold:] if len(self._pending) > hold else self._pending
+            return
+        end = self._pending.find(b"\n", at)
+        if end < 0:
+            return  # the rest of the marker line comes with the next read
+        self._emit(self._pending[:at])
+        digits = self._pending[at + len(self._token) : end]
+        self.status = int(digits) if digits.isdigit() else 0
+        self.done = True
+
+    def _emit(self, data: bytes) -> None:
+        if not data:
+            return
+        self.total += len(data)
+        room = self._limit - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]
+            if self._sink is not None:
+                self._sink(self._index, data[:room])
+
+
+def _reply(
+    success: bool,
+    error_type: str | None = None,
+    error_message: str | None = None,
+    *,
+    interrupted: bool = False,
+) -> "dict[str, Any]":
+    return {
+        "success": success,
+        "result_repr": None,
+        "results": [],
+        "error_type": error_type,
+        "error_message": error_message,
+        "traceback": None,
+        "violations": [],
+        "peak_memory_mb": 0.0,
+        "truncated": False,
+        "interrupted": interrupted,
+    }
+
+
+if __name__ == "__main__":
+    os._exit(run(BashAdapter))
