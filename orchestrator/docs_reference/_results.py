@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from orchestrator._core.repl_operations import ExecuteResult
+from orchestrator._core.repl_operations import ExecuteResult, InterruptResult
 from orchestrator.session.files.operations import (
     DownloadResult,
     ExistsResult,
@@ -35,7 +35,7 @@ from orchestrator.session.processes import (
     ProcessOutputResult,
     ProcessStartResult,
 )
-from orchestrator.session.repl.interpreter import ExecuteOutcome
+from orchestrator.session.repl.interpreter import ExecuteOutcome, InterruptOutcome
 from orchestrator.session.repl.protocol import InspectReply, VariableInfo
 from orchestrator.session.shell import ShellRunResult
 from orchestrator.session.terminal.models import TerminalResult, TerminalStatus
@@ -88,6 +88,16 @@ MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
     ExecuteResult: {
         "session_id": "The session the code ran in.",
         "created_new_session": "Whether this call created the session.",
+    },
+    InterruptOutcome: {
+        "interrupted": "Whether a cell was running and has been stopped.",
+        "ran_for_s": "How long the stopped cell had run, in seconds.",
+        "state_reset": "The cell did not stop within the policy's kill grace, so its "
+        "interpreter was replaced: earlier variables are gone.",
+    },
+    InterruptResult: {
+        "session_id": "The session.",
+        "running": "The call whose cell was stopped (`python_repl.execute`), if one was.",
     },
     InspectReply: {
         "found": "Whether the session has a variable of that name.",
@@ -274,11 +284,17 @@ RESULTS: Mapping[str, ResultShape] = {
                     "code": ("string", "The code."),
                     "timestamp": ("string", "When it ran (ISO 8601)."),
                     "success": ("boolean", "Whether it ran without raising."),
-                    "summary": ("string", "One line: the start of its output, or ok/error."),
+                    "outcome": (
+                        "string",
+                        "`ok`, `error`, or `cancelled`: stopped before its end by its caller's "
+                        "cancel or by `interrupt` (what it did until then is kept).",
+                    ),
+                    "summary": ("string", "One line: the start of its output, or its outcome."),
                 }
             )
         },
     ),
+    "python_repl.interrupt": ResultShape(model=InterruptResult),
     "python_repl.history_context": ResultShape(
         {**SESSION, "context": ("string", "The history as Markdown, within `max_tokens`.")}
     ),

@@ -254,15 +254,49 @@ async def run_stdio(
     answered: anyio.Event | None = None,
     early: EarlyAnswer | None = None,
 ) -> None:
-    """Serve ``server`` to one MCP client on this process's stdin/stdout until stdin ends."""
+    """Serve ``server`` to one MCP client on this process's stdin/stdout until stdin ends. At
+    EOF the calls still running are cancelled (a cell is interrupted, its state kept) and
+    nothing more is written: the client has closed its side, and an answer written now would
+    reach a client that no longer reads it (mcp 1.x clients then raise BrokenResourceError
+    from their close instead of the timeout that made them close)."""
     early = early or EarlyAnswer()
     if answered is not None:
         server.middleware.append(_SetWhenAnswered(answered))
     stdin = _StdinLines(sys.stdin, prefix=early.consumed)
-    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+    async with stdio_server(stdin=stdin) as (read_stream, raw_write_stream):
+        write_stream: WriteStream[SessionMessage] = _UntilEof(raw_write_stream, stdin.ended)
         if early.request_id is not None:
             write_stream = _DropAnswer(write_stream, early.request_id)
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_at, stdin.ended, group.cancel_scope)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
+async def _cancel_at(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+class _UntilEof:
+    """The write stream until stdin has ended; every write after that is dropped."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], ended: anyio.Event) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    async def send(self, item: SessionMessage, /) -> None:
+        if not self._ended.is_set():
+            await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class _DropAnswer:
@@ -315,6 +349,7 @@ class _StdinLines(anyio.AsyncFile[str]):
         super().__init__(stdin)
         self._fd = fd
         self._prefix = prefix  # read from fd 0 before serving began, to be read again first
+        self.ended = anyio.Event()  # set at EOF
 
     async def __aiter__(self) -> AsyncIterator[str]:
         pending: list[bytes] = []
@@ -329,6 +364,7 @@ class _StdinLines(anyio.AsyncFile[str]):
             pending = [rest[-1]]
         if any(pending):
             yield b"".join(pending).decode("utf-8", errors="replace")
+        self.ended.set()
 
     async def _read(self) -> bytes:
         if self._prefix:

@@ -265,7 +265,7 @@ class Registry:
                     session_id,
                     entry.index,
                     _blob(entry.code),
-                    int(entry.success),
+                    _outcome_code(entry),
                     _blob(entry.output),
                     entry.timestamp.isoformat(),
                 ),
@@ -289,7 +289,14 @@ class Registry:
         ).fetchall()
         rows.reverse()
         return [
-            HistoryEntry(r[0], _text(r[1]), datetime.fromisoformat(r[2]), bool(r[3]), _text(r[4]))
+            HistoryEntry(
+                r[0],
+                _text(r[1]),
+                datetime.fromisoformat(r[2]),
+                r[3] == SUCCESS_OK,
+                _text(r[4]),
+                cancelled=r[3] == SUCCESS_CANCELLED,
+            )
             for r in rows
         ]
 
@@ -358,3 +365,16 @@ def _lock(path: Path) -> int:
             f"{path.with_suffix('')}: the registry is in use by another running sandhold"
         ) from None
     return fd
+
+
+# The history table's ``success`` column holds the outcome: 1 ok, 0 error, 2 cancelled (the
+# values 0 and 1 are those it held before cancelled cells were kept: old rows read the same).
+SUCCESS_ERROR = 0
+SUCCESS_OK = 1
+SUCCESS_CANCELLED = 2
+
+
+def _outcome_code(entry: HistoryEntry) -> int:
+    if entry.cancelled:
+        return SUCCESS_CANCELLED
+    return SUCCESS_OK if entry.success else SUCCESS_ERROR

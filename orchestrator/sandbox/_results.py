@@ -15,6 +15,7 @@ __all__ = [
     "Execution",
     "FileInfo",
     "HistoryItem",
+    "Interruption",
     "Result",
     "SandboxInfo",
     "SandboxMetrics",
@@ -242,3 +243,25 @@ class HistoryItem:
     success: bool
     summary: str
     timestamp: str
+    # ``ok``, ``error`` or ``cancelled`` (stopped by its caller's cancel or by ``interrupt``).
+    outcome: str = ""
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """What ``interrupt()`` did: whether a cell was running and is now stopped, which call ran
+    it, how long it had run, and whether its interpreter had to be replaced (state lost)."""
+
+    interrupted: bool
+    running: str | None = None
+    ran_for_s: float | None = None
+    state_reset: bool = False
+
+    @classmethod
+    def of(cls, answer: dict[str, Any]) -> Interruption:
+        return cls(
+            interrupted=bool(answer.get("interrupted")),
+            running=answer.get("running"),
+            ran_for_s=answer.get("ran_for_s"),
+            state_reset=bool(answer.get("state_reset")),
+        )

@@ -32,6 +32,7 @@ from orchestrator.sandbox._files import AsyncFiles
 from orchestrator.sandbox._results import (
     Execution,
     HistoryItem,
+    Interruption,
     SandboxInfo,
     SandboxMetrics,
     Variable,
@@ -260,9 +261,16 @@ class AsyncSandbox:
                 success=e["success"],
                 summary=e.get("summary", ""),
                 timestamp=e.get("timestamp", ""),
+                outcome=e.get("outcome", ""),
             )
             for e in listed.get("history", [])
         ]
+
+    async def interrupt(self) -> Interruption:
+        """Stop the cell running in the session now, whoever runs it (a ``run_code`` elsewhere
+        whose caller gave up): SIGINT with the state kept, or after the policy's kill grace a
+        fresh interpreter. Does not wait for the session's turn, as every other call does."""
+        return Interruption.of(await self._calls(REPL, "interrupt"))
 
     async def reset(self) -> None:
         """Restart the interpreter: every variable and import gone, files kept."""

@@ -24,6 +24,7 @@ from orchestrator.sandbox._calls import AsyncPart
 from orchestrator.sandbox._results import (
     Execution,
     HistoryItem,
+    Interruption,
     SandboxInfo,
     SandboxMetrics,
     Variable,
@@ -156,6 +157,12 @@ class Sandbox:
     def history(self) -> builtins.list[HistoryItem]:
         entries: builtins.list[HistoryItem] = self._run(self._sandbox.history)
         return entries
+
+    def interrupt(self) -> Interruption:
+        """Stop the cell running in the session (from another thread than the one running
+        it); see ``AsyncSandbox.interrupt``."""
+        interruption: Interruption = self._run(self._sandbox.interrupt)
+        return interruption
 
     def reset(self) -> None:
         self._run(self._sandbox.reset)

@@ -1,5 +1,9 @@
 """Per-session code history, and a context of it for another agent: the newest cells whole with
-their output, older ones one line each, fitted to a token budget by dropping the oldest first."""
+their output, older ones one line each, fitted to a token budget by dropping the oldest first.
+
+Every cell that ran is kept, with its outcome: ``ok``, ``error`` (the code failed or timed out),
+or ``cancelled`` (stopped before its end by its caller's cancel or by ``interrupt``: it may well
+have changed the session's state, so it belongs in the history as much as any other)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["CodeHistory", "HistoryEntry"]
+__all__ = ["CANCELLED", "CodeHistory", "HistoryEntry"]
+
+CANCELLED = "cancelled"
 
 # A rough but stable estimate; real tokenizers average 3.5-4.5 characters per token for code.
 CHARS_PER_TOKEN = 4
@@ -24,10 +30,18 @@ class HistoryEntry:
     timestamp: datetime
     success: bool
     output: str
+    cancelled: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """``ok``, ``error`` or ``cancelled``."""
+        if self.cancelled:
+            return CANCELLED
+        return "ok" if self.success else "error"
 
     @property
     def summary(self) -> str:
-        return _one_line(self.output, SUMMARY_OUTPUT_CHARS) or ("ok" if self.success else "error")
+        return _one_line(self.output, SUMMARY_OUTPUT_CHARS) or self.outcome
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -35,11 +49,12 @@ class HistoryEntry:
             "code": self.code,
             "timestamp": self.timestamp.isoformat(),
             "success": self.success,
+            "outcome": self.outcome,
             "summary": self.summary,
         }
 
     def in_full(self) -> str:
-        status = "ok" if self.success else "error"
+        status = self.outcome
         text = f"[{self.index}] ({status})\n```python\n{self.code}\n```"
         if self.output:
             text += f"\nOutput:\n{self.output[:OUTPUT_IN_CONTEXT_CHARS]}"
@@ -60,9 +75,11 @@ class CodeHistory:
         self._entries: deque[HistoryEntry] = deque(maxlen=max_entries)
         self._count = 0
 
-    def record(self, code: str, *, success: bool, output: str) -> HistoryEntry:
+    def record(
+        self, code: str, *, success: bool, output: str, cancelled: bool = False
+    ) -> HistoryEntry:
         self._count += 1
-        entry = HistoryEntry(self._count, code, datetime.now(UTC), success, output)
+        entry = HistoryEntry(self._count, code, datetime.now(UTC), success, output, cancelled)
         self._entries.append(entry)
         return entry
 

@@ -66,6 +66,9 @@ class Session:
     state_lock: anyio.Lock = field(default_factory=anyio.Lock)
     paused: bool = False
     calls_in_progress: int = 0
+    # The call holding the interpreter ("python_repl.execute") and when it took it (monotonic),
+    # for the ``busy`` answer of a call that waited for it in vain.
+    running: tuple[str, float] | None = None
     closed: bool = False
     # The env every process of the session gets, checked against its policy when the session
     # was made (``policy.env``); kept in memory and in the registry (for re-adoption), never
@@ -129,22 +132,35 @@ class Session:
         self.last_active = time.monotonic()
 
     @asynccontextmanager
-    async def turn(self, *, busy_timeout: float) -> AsyncIterator[None]:
-        """Hold the session for one call; ``busy`` if another call keeps it past the timeout."""
+    async def turn(self, *, busy_timeout: float, call: str = "a call") -> AsyncIterator[None]:
+        """Hold the session for ``call`` (``python_repl.execute``); ``busy``, naming the call in
+        progress and how long it has run, if that call keeps it past ``busy_timeout``."""
         acquired = False
         with anyio.move_on_after(busy_timeout):
             await self.lock.acquire()
             acquired = True
         if not acquired:
-            raise BusyError(f"session {self.id} is busy with another call")
+            raise BusyError(self._busy_message(busy_timeout))
         self.calls_in_progress += 1
+        self.running = (call, time.monotonic())
         try:
             self.touch()
             yield
         finally:
+            self.running = None
             self.calls_in_progress -= 1
             self.touch()
             self.lock.release()
+
+    def _busy_message(self, waited: float) -> str:
+        if self.running is None:  # released just as the wait ended
+            return f"session {self.id} is busy with another call (waited {waited:g} s)"
+        call, since = self.running
+        ran = time.monotonic() - since
+        return (
+            f"session {self.id} is busy: {call} has run for {ran:.1f} s (waited {waited:g} s); "
+            "python_repl interrupt stops a running cell, keeping the session's state"
+        )
 
     @property
     def idle_seconds(self) -> float:

@@ -69,6 +69,7 @@ async def test_every_operation_answers_the_fields_the_reference_lists(orch: Orch
         for operation in ("list_variables", "history", "history_context"):
             await call("python_repl", operation=operation, session_id=sid)
         await call("python_repl", operation="inspect", session_id=sid, variable_name="x")
+        await call("python_repl", operation="interrupt", session_id=sid)
         await call("python_repl", operation="list_sessions")
 
         piped = await call(

@@ -28,6 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.tools import load_mcp_tools
 
 sys.path.insert(0, str(Path(__file__).parent))
 import scenario  # stdlib only, found beside this file
@@ -110,8 +111,8 @@ def plan_of(config: dict[str, Any]) -> Any:
 
 async def main(config: dict[str, Any]) -> dict[str, Any]:
     """config: plan (a scenario plan's name), command and args of the stdio server, env,
-    read_timeout (seconds, or null for the default: none), fields and plan_task (for
-    every_operation)."""
+    read_timeout (seconds, or null for the default: none), persistent (one session for the
+    run instead of one per call), fields and plan_task (for every_operation)."""
     connection: dict[str, Any] = {
         "transport": "stdio",
         "command": config["command"],
@@ -122,9 +123,17 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         timeout = timedelta(seconds=config["read_timeout"])
         connection["session_kwargs"] = {"read_timeout_seconds": timeout}
     client = MultiServerMCPClient({"sandhold": connection})  # type: ignore[dict-item]
-    tools = await client.get_tools()
     script = scenario.Script(plan_of(config))
-    final = await agent_loop(ScriptedChatModel(script=script), tools)
+    if config.get("persistent"):
+        # One MCP session (one server process) for the whole run, as the README's
+        # ``client.session(...)`` with ``load_mcp_tools`` sets it up; leaving it closes the
+        # server's stdin, whatever call is still in flight.
+        async with client.session("sandhold") as session:
+            tools = await load_mcp_tools(session)
+            final = await agent_loop(ScriptedChatModel(script=script), tools)
+    else:
+        tools = await client.get_tools()
+        final = await agent_loop(ScriptedChatModel(script=script), tools)
     return {
         "final": final,
         "finished": script.finished,

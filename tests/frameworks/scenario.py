@@ -161,6 +161,21 @@ def outlasting_the_client(script: Script) -> Generator[Call, Seen, None]:
     yield from script.ask(execute("x + y", session_id))
 
 
+def abandoned_cell(script: Script) -> Generator[Call, Seen, None]:
+    """A client that gives up on a long cell and sends no cancel (mcp 1.x): the next call is
+    told the session is busy and with what, ``interrupt`` stops the cell, the state is kept and
+    the cell is in the history; then a second long cell is given up on, and the run ends with
+    it still running (the client closes with a call in flight)."""
+    created = yield from script.ask(execute("x = 41"))
+    session_id = read(created, "session_id")
+    yield from script.ask(execute(LONG_CELL, session_id, timeout_s=LONG_CELL_TIMEOUT_S))
+    yield from script.ask(execute("x + y", session_id))
+    yield from script.ask(Call("python_repl", {"operation": "interrupt", "session_id": session_id}))
+    yield from script.ask(execute("x + y", session_id))
+    yield from script.ask(Call("python_repl", {"operation": "history", "session_id": session_id}))
+    yield from script.ask(execute(LONG_CELL, session_id, timeout_s=LONG_CELL_TIMEOUT_S))
+
+
 def a_tar(name: str, content: bytes) -> str:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -192,6 +207,7 @@ def every_operation(
         yield from ask(call("python_repl", "history_context", session_id=sid))
         yield from ask(call("python_repl", "inspect", session_id=sid, variable_name="z"))
         yield from ask(call("python_repl", "list_variables", session_id=sid))
+        yield from ask(call("python_repl", "interrupt", session_id=sid))
 
         started = yield from ask(call("terminal", "start", command="cat", session_id=sid))
         tid = read(started, "terminal_id")
@@ -212,7 +228,7 @@ def every_operation(
         yield from ask(call("session", "set_allowlist", session_id=sid, allow=["pypi.org"]))
         yield from ask(call("session", "metrics", session_id=sid))
         yield from ask(call("session", "set_timeout", session_id=sid, timeout_s=600))
-        labels = [{"name": "purpose", "value": "scenario"}]  # the pair form strict schemas take
+        labels = ["purpose=scenario"]  # the NAME=value form strict schemas take
         other = yield from ask(call("session", "create", metadata=labels))
         yield from ask(call("python_repl", "destroy", session_id=read(other, "session_id")))
         yield from ask(call("terminal", "interrupt", terminal_id=tid))
@@ -279,6 +295,27 @@ def check_outlasting_the_client(script: Script) -> None:
     assert outcome(long_cell) == "framework_error", long_cell
     assert outcome(after) == "ok" and text_of(read(after, "result_repr")) == "42", after
     assert read(after, "state_reset") is False, after
+
+
+def check_abandoned_cell(script: Script) -> None:
+    """The client's own timeout ended the long cell's call (twice, the second time just before
+    it closed); the call after it answered ``busy`` naming the running call; ``interrupt`` stopped
+    that cell with the state kept, and the history has it as ``cancelled``."""
+    assert script.finished, script.outcomes()
+    created, gave_up, busy, interrupted, after, history, gave_up_again = (
+        step.seen for step in script.transcript
+    )
+    assert outcome(created) == "ok", created
+    for timed_out in (gave_up, gave_up_again):
+        assert outcome(timed_out) == "framework_error", timed_out
+        assert "timed out" in text_of(timed_out).lower(), timed_out
+    assert outcome(busy) == "busy", busy
+    assert "python_repl.execute has run for" in text_of(read(busy, "error_message")), busy
+    assert outcome(interrupted) == "ok" and read(interrupted, "interrupted") is True, interrupted
+    assert read(interrupted, "running") == "python_repl.execute", interrupted
+    assert outcome(after) == "ok" and text_of(read(after, "result_repr")) == "42", after
+    assert read(after, "state_reset") is False, after
+    assert outcome(history) == "ok" and "cancelled" in text_of(read(history, "history")), history
 
 
 def check_every_operation(

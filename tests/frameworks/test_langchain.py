@@ -24,6 +24,7 @@ from tests.frameworks.conftest import (
     CLIENT_TIMEOUT,
     SCENARIO_TIMEOUT,
     Served,
+    Stdio,
     every_operation,
     every_tool_field,
 )
@@ -56,7 +57,7 @@ def connect_front(served: Served, task: str) -> dict[str, Any]:
 async def run(
     python: Path, plan: str, served: Served, task: str, tmp_path: Path, **config: Any
 ) -> scenario.Script:
-    argument = json.dumps({"plan": plan, **connect_front(served, task), **config})
+    argument = json.dumps({"plan": plan, **connect_front(served, task), **config})  # config wins
     with (tmp_path / "driver.stderr").open("wb") as stderr, anyio.fail_after(DRIVER_TIMEOUT):
         done = await anyio.run_process(
             [str(python), str(DRIVER), argument], stderr=stderr, check=False
@@ -97,3 +98,38 @@ async def test_every_operation_takes_null_in_every_field_it_does_not_use(
         langchain_python, "every_operation", served, task, tmp_path, fields=fields, plan_task=task
     )
     scenario.check_every_operation(script, task, every_operation())
+
+
+# Longer than the busy wait (DEFAULT_BUSY_TIMEOUT, 5 s), so the call after the abandoned cell
+# hears ``busy`` before the client gives up on it; far shorter than the long cell.
+ABANDONING_CLIENT_TIMEOUT = 10.0
+
+
+@pytest.mark.parametrize("server", ["connect", "local"])
+async def test_an_abandoned_cell_is_reported_busy_and_interrupted_and_close_is_clean(
+    langchain_python: Path,
+    served: Served,
+    sandhold_mcp: Stdio,
+    task: str,
+    tmp_path: Path,
+    server: str,
+) -> None:
+    """mcp 1.x sends no cancel at its timeout (issue 32.2): one persistent session, through
+    the ``--connect`` front and through a local ``sandhold mcp``. The driver exits 0 only if
+    closing the session with a call in flight raises nothing (no BrokenResourceError)."""
+    front = (
+        connect_front(served, task)
+        if server == "connect"
+        else {"command": sandhold_mcp.command, "args": sandhold_mcp.args, "env": sandhold_mcp.env}
+    )
+    script = await run(
+        langchain_python,
+        "abandoned_cell",
+        served,
+        task,
+        tmp_path,
+        read_timeout=ABANDONING_CLIENT_TIMEOUT,
+        persistent=True,
+        **front,
+    )
+    scenario.check_abandoned_cell(script)

@@ -7,6 +7,11 @@ same treatment for its request before the cancel goes on, shielded and bounded, 
 finds the worker idle with its state. A worker that dies or breaks the protocol costs its state
 and nothing else; the next request gets a fresh worker and is told so. Callers serialise requests
 (the session lock), which they hold until the interrupt is done.
+
+``interrupt()`` is the one call made without the session lock: it stops the cell another caller
+runs (one whose client has gone without a cancel, as mcp 1.x clients do at their timeout) the way
+a timeout does, SIGINT with the state kept, or after the kill grace a fresh worker; the cell's own
+``execute`` answers as usual, and ``interrupts`` counts the cells stopped so.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -47,7 +53,14 @@ from orchestrator.session.repl.worker_process import (
     kill_pid,
 )
 
-__all__ = ["FRAME_SLACK_BYTES", "ExecuteOutcome", "Repl", "result_budget", "worker_config"]
+__all__ = [
+    "FRAME_SLACK_BYTES",
+    "ExecuteOutcome",
+    "InterruptOutcome",
+    "Repl",
+    "result_budget",
+    "worker_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +87,27 @@ class ContainerStopped(Exception):
     def __init__(self, state: ContainerState) -> None:
         super().__init__(state.status)
         self.state = state
+
+
+@dataclass(eq=False)
+class _Cell:
+    """The cell an ``execute`` is running: what ``interrupt()`` stops."""
+
+    worker: WorkerProcess
+    started: float  # monotonic
+    done: anyio.Event = field(default_factory=anyio.Event)
+    interrupted: bool = False
+
+
+class InterruptOutcome(BaseModel):
+    """What ``interrupt()`` did: whether a cell was running (and is now stopped), how long it
+    had run, and whether its worker had to be replaced (its state lost)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interrupted: bool
+    ran_for_s: float | None = None
+    state_reset: bool = False
 
 
 class ExecuteOutcome(BaseModel):
@@ -147,6 +181,9 @@ class Repl:
         self._state_lost = False
         # True once a cell saw the container stop: the session is over, whatever else holds it.
         self.container_stopped = False
+        # The cell being run, if any, and how many cells ``interrupt()`` has stopped.
+        self._cell: _Cell | None = None
+        self.interrupts = 0
 
     @property
     def worker_pid(self) -> int | None:
@@ -223,6 +260,23 @@ class Repl:
         if len(code.encode("utf-8", "surrogatepass")) > limit:
             return _validation_failure(f"code is longer than the policy's {limit} bytes")
         worker = await self._ensure_worker()
+        cell = self._cell = _Cell(worker, time.monotonic())
+        try:
+            return await self._execute(code, cell, timeout=timeout, env=env, on_output=on_output)
+        finally:
+            self._cell = None
+            cell.done.set()
+
+    async def _execute(
+        self,
+        code: str,
+        cell: _Cell,
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None,
+        on_output: OutputListener | None,
+    ) -> ExecuteOutcome:
+        worker = cell.worker
         state_reset, self._state_lost = self._state_lost, False
         started = time.time()
         try:
@@ -247,6 +301,9 @@ class Repl:
             await self._discard(worker)
             return _crash_outcome(await self._stop_cause(exc.state, started))
         except WorkerExited:
+            if cell.interrupted:  # interrupt() replaced a worker that did not stop
+                await self._discard(worker)
+                return _interrupted_outcome()
             return await self._crashed(worker, started)
         except ProtocolViolation as exc:
             await self._discard(worker)
@@ -342,6 +399,29 @@ class Repl:
             if reply is None:
                 await self._discard(worker)
         return reply
+
+    async def interrupt(self) -> InterruptOutcome:
+        """Stop the cell being run, if any, as a timeout does: SIGINT, then up to the kill grace
+        for the cell to end (its state kept), else its worker is killed (the cell's ``execute``
+        answers ``state_reset``). Shielded and bounded, like the timeout's interrupt."""
+        cell = self._cell
+        if cell is None:
+            return InterruptOutcome(interrupted=False)
+        cell.interrupted = True
+        self.interrupts += 1
+        ran_for_s = round(time.monotonic() - cell.started, 3)
+        grace = self._policy.timeouts.kill_grace_s
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(WorkerExited, BackendError):
+                await cell.worker.signal("INT")
+            with anyio.move_on_after(grace):
+                await cell.done.wait()
+            if cell.done.is_set():
+                return InterruptOutcome(interrupted=True, ran_for_s=ran_for_s)
+            await self._discard(cell.worker)
+            with anyio.move_on_after(grace):  # the execute sees its worker gone and answers
+                await cell.done.wait()
+        return InterruptOutcome(interrupted=True, ran_for_s=ran_for_s, state_reset=True)
 
     async def _crashed(self, worker: WorkerProcess, started: float) -> ExecuteOutcome:
         await self._discard(worker)
@@ -494,6 +574,16 @@ def _timed_out_fields(*, state_reset: bool) -> dict[str, Any]:
         "error_type": "timeout",
         "error_message": f"execution timed out ({kept})",
     }
+
+
+def _interrupted_outcome() -> ExecuteOutcome:
+    return ExecuteOutcome(
+        success=False,
+        error_type="KeyboardInterrupt",
+        error_message="interrupted by python_repl interrupt; the worker did not stop within the "
+        "kill grace and was restarted (state lost)",
+        state_reset=True,
+    )
 
 
 def _crash_outcome(cause: str) -> ExecuteOutcome:
