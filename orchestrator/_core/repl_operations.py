@@ -19,6 +19,7 @@ import anyio
 
 from orchestrator._core.call_context import current_call
 from orchestrator._core.manager import SessionManager
+from orchestrator.errors import InvalidArgumentError
 from orchestrator.policy.arguments import (
     check_code,
     check_max_tokens,
@@ -27,6 +28,12 @@ from orchestrator.policy.arguments import (
     check_variable,
 )
 from orchestrator.policy.env import check_env
+from orchestrator.session.repl.contexts import (
+    DEFAULT_CONTEXT,
+    ContextInfo,
+    is_default,
+    language_named,
+)
 from orchestrator.session.repl.interpreter import ExecuteOutcome, InterruptOutcome
 from orchestrator.session.repl.protocol import InspectReply, ListVariablesReply
 from orchestrator.session.session import Session
@@ -148,3 +155,85 @@ class PythonReplManager(SessionManager):
     ) -> str:
         check_max_tokens(max_tokens)
         return self.find_session(session_id, tenant=tenant).history.context(max_tokens)
+
+    # -- contexts: REPLs beside the default one (session/repl/contexts.py) ----------------------
+
+    async def create_context(
+        self,
+        session_id: Any,
+        *,
+        language: Any = "python",
+        cwd: Any = None,
+        tenant: str | None = None,
+    ) -> ContextInfo:
+        """A new REPL context in the session: its own worker, state and cwd."""
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session, "python_repl.create_context"):
+            return await session.contexts.create(language, cwd, env=session.env)
+
+    def list_contexts(self, session_id: Any, *, tenant: str | None = None) -> list[ContextInfo]:
+        """The session's contexts, the default one first."""
+        session = self.find_session(session_id, tenant=tenant)
+        return [ContextInfo(id=DEFAULT_CONTEXT, language="python"), *session.contexts.list()]
+
+    async def restart_context(
+        self, session_id: Any, context: Any, *, tenant: str | None = None
+    ) -> ContextInfo:
+        """A fresh worker for the context: its state and history gone, its cwd kept."""
+        if is_default(context):
+            await self.reset(session_id, tenant=tenant)
+            return ContextInfo(id=DEFAULT_CONTEXT, language="python")
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session, "python_repl.restart_context"):
+            return await session.contexts.restart(context)
+
+    async def remove_context(
+        self, session_id: Any, context: Any, *, tenant: str | None = None
+    ) -> ContextInfo:
+        """End the context's worker; the default context lives as long as its session."""
+        if is_default(context):
+            raise InvalidArgumentError("the default context cannot be removed; reset clears it")
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session, "python_repl.remove_context"):
+            return await session.contexts.remove(context)
+
+    async def execute_in_context(
+        self,
+        code: Any,
+        *,
+        session_id: Any,
+        context: Any,
+        timeout_s: Any = None,
+        tenant: str | None = None,
+        env: Any = None,
+    ) -> ExecuteResult:
+        """Run ``code`` in one of the session's contexts other than the default; a language's
+        name (``bash``) is that language's own context, made on first use."""
+        check_code(code)
+        session = await self.session(session_id, tenant=tenant)
+        timeout = check_timeout(timeout_s, session.policy)
+        cell_env = check_env(env, session.policy)
+        call = current_call()
+        async with self._turn(session, "python_repl.execute"):
+            if (language := language_named(context)) is not None:
+                chosen = await session.contexts.for_language(language, env=session.env)
+            else:
+                chosen = session.contexts.get(context)
+            outcome = await chosen.repl.execute(
+                code, timeout=timeout, env=cell_env, on_output=call.on_output if call else None
+            )
+        if chosen.repl.container_stopped:
+            await self.lose_session(session, f"its container stopped: {outcome.error_message}")
+        output = outcome.stdout + outcome.stderr
+        if not outcome.success:
+            output += f"{outcome.error_type}: {outcome.error_message}"
+        chosen.history.record(code, success=outcome.success, output=output)
+        return ExecuteResult(
+            **outcome.model_dump(), session_id=session.id, created_new_session=False
+        )
+
+    def context_history(
+        self, session_id: Any, context: Any, *, tenant: str | None = None
+    ) -> list[dict[str, object]]:
+        session = self.find_session(session_id, tenant=tenant)
+        return [e.to_dict() for e in session.contexts.get(context).history.entries]

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from orchestrator.errors import InvalidArgumentError
+from orchestrator.session.repl.contexts import is_default
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 from orchestrator.tools._env import CELL_ENV, SESSION_ENV_ON_CREATE
 
@@ -31,6 +33,22 @@ class ExecuteArgs(ToolArgs):
     )
     session_env: dict[str, str] | None = Field(None, description=SESSION_ENV_ON_CREATE)
     env: dict[str, str] | None = Field(None, description=CELL_ENV)
+    context: str | None = Field(
+        None,
+        description="Context to run in (needs session_id): an id from create_context, or a "
+        "language's name (`bash`) for that language's own context; omit for the default one.",
+    )
+
+
+class CreateContextArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    language: str = Field("python", description="`python` or `bash`.")
+    cwd: str | None = Field(None, description="Absolute working directory of the context.")
+
+
+class ContextArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    context: str = Field(description="A context id from create_context or list_contexts.")
 
 
 class ReplSessionArgs(ToolArgs):
@@ -53,6 +71,8 @@ class NoArgs(ToolArgs):
 
 async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArgs) -> Fields:
     started = time.time()
+    if not is_default(args.context):
+        return await _execute_in_context(orch, tenant, args, started)
     result = await orch.execute(
         args.code,
         session_id=args.session_id,
@@ -66,6 +86,55 @@ async def _execute(orch: PythonReplManager, tenant: str | None, args: ExecuteArg
     if denied := await orch.network_denied_since(result.session_id, started, tenant=tenant):
         fields["network_denied"] = denied
     return fields
+
+
+async def _execute_in_context(
+    orch: PythonReplManager, tenant: str | None, args: ExecuteArgs, started: float
+) -> Fields:
+    if args.session_id is None or args.policy is not None or args.session_env is not None:
+        raise InvalidArgumentError(
+            "context needs session_id (a context lives in a session), without policy or session_env"
+        )
+    result = await orch.execute_in_context(
+        args.code,
+        session_id=args.session_id,
+        context=args.context,
+        timeout_s=args.timeout_s,
+        tenant=tenant,
+        env=args.env,
+    )
+    fields = result.model_dump()
+    if denied := await orch.network_denied_since(result.session_id, started, tenant=tenant):
+        fields["network_denied"] = denied
+    return fields
+
+
+async def _create_context(
+    orch: PythonReplManager, tenant: str | None, args: CreateContextArgs
+) -> Fields:
+    info = await orch.create_context(
+        args.session_id, language=args.language, cwd=args.cwd, tenant=tenant
+    )
+    return {"session_id": args.session_id, "context": info.model_dump()}
+
+
+async def _list_contexts(
+    orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs
+) -> Fields:
+    contexts = [c.model_dump() for c in orch.list_contexts(args.session_id, tenant=tenant)]
+    return {"session_id": args.session_id, "contexts": contexts, "count": len(contexts)}
+
+
+async def _restart_context(
+    orch: PythonReplManager, tenant: str | None, args: ContextArgs
+) -> Fields:
+    info = await orch.restart_context(args.session_id, args.context, tenant=tenant)
+    return {"session_id": args.session_id, "context": info.model_dump()}
+
+
+async def _remove_context(orch: PythonReplManager, tenant: str | None, args: ContextArgs) -> Fields:
+    info = await orch.remove_context(args.session_id, args.context, tenant=tenant)
+    return {"session_id": args.session_id, "context": info.model_dump(), "removed": True}
 
 
 async def _reset(orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
