@@ -16,16 +16,21 @@ import pytest
 from orchestrator._core.tenants import LOCAL_KEY_FILE
 from orchestrator.images import ImageBuildResult
 from tests.conftest import RUN_ID
-from tests.docker.test_egress import _egress_of
+from tests.docker.test_egress import _egress_of, own_upstream
 from tests.docker.test_mcp_stdio import containers_of
 from tests.docker.test_serve import CALL_TIMEOUT, STOP_TIMEOUT, running
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+__all__ = ["own_upstream"]  # the fixture, from test_egress
 
 
 async def test_after_kill_9_the_next_start_reaps_the_proxy_and_network_with_the_session(
-    worker_image: ImageBuildResult, tmp_path: Path
+    worker_image: ImageBuildResult,
+    tmp_path: Path,
+    own_upstream: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("SANDHOLD_EGRESS_NETWORK", own_upstream)  # read by serve_env
     data_dir = tmp_path / "data"
     first_id = f"test-egress-restart-{RUN_ID}-{secrets.token_hex(4)}"
     try:
@@ -42,7 +47,7 @@ async def test_after_kill_9_the_next_start_reaps_the_proxy_and_network_with_the_
             session_id = made.json()["session_id"]
             assert made.json()["policy"] == "pip"
             proxies, networks = _egress_of(session_id)
-            assert len(proxies) == 1 and len(networks) == 1
+            assert len(proxies) == 1 and len(networks) == 2  # the session's and its link
             server.process.kill()
             with anyio.fail_after(STOP_TIMEOUT):
                 await server.process.wait()

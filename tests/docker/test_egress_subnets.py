@@ -19,7 +19,9 @@ from orchestrator.backend.docker._egress_subnets import free_subnets
 from orchestrator.errors import BackendUnavailableError
 from orchestrator.policy.model import Policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
-from tests.docker.test_egress import _egress_of
+from tests.docker.test_egress import _egress_of, own_upstream
+
+__all__ = ["own_upstream"]  # the fixture, from test_egress
 
 pytestmark = pytest.mark.anyio
 
@@ -41,20 +43,30 @@ def _engine_subnets() -> list[str]:
 
 
 def _subnet_of(session_id: str) -> str:
+    """The pool's subnet the session took: its two networks (``_egress_net``) hold one half
+    each, the session network the first."""
     sdk = docker.from_env(timeout=30)
     try:
-        (network,) = sdk.api.networks(filters={"label": f"sandhold.egress-session={session_id}"})
-        config = sdk.api.inspect_network(network["Id"])["IPAM"]["Config"]
-        return str(config[0]["Subnet"])
+        found = {
+            net["Driver"]: ipaddress.ip_network(
+                sdk.api.inspect_network(net["Id"])["IPAM"]["Config"][0]["Subnet"]
+            )
+            for net in sdk.api.networks(filters={"label": f"sandhold.egress-session={session_id}"})
+        }
     finally:
         sdk.close()
+    session, link = found.pop("macvlan"), found.pop("bridge")
+    assert found == {} and session.prefixlen == link.prefixlen == 29
+    assert session.supernet() == link.supernet() and session < link
+    return str(session.supernet())
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[DockerBackend]:
+async def backend(own_upstream: str) -> AsyncIterator[DockerBackend]:
     client = DockerClient()
     try:
-        yield DockerBackend(client, egress=EgressSettings(subnet_pool=POOL))
+        settings = EgressSettings(upstream_network=own_upstream, subnet_pool=POOL)
+        yield DockerBackend(client, egress=settings)
     finally:
         await client.aclose()
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.backend.docker import EgressSettings
-from orchestrator.backend.docker._egress_subnets import check_pool, free_subnets
+from orchestrator.backend.docker._egress_net import removal_order
+from orchestrator.backend.docker._egress_subnets import check_pool, free_subnets, halves
 from orchestrator.errors import InvalidArgumentError
 
 
@@ -64,3 +65,21 @@ def test_the_operator_sets_the_pool_and_the_upstream_network_in_the_environment(
     monkeypatch.setenv("SANDHOLD_EGRESS_SUBNETS", "10.213.0.0/30")
     with pytest.raises(InvalidArgumentError, match="smaller than one egress network"):
         EgressSettings.from_env()
+
+
+def test_a_sessions_subnet_is_split_between_its_network_and_its_link() -> None:
+    assert halves("10.9.0.16/28") == ("10.9.0.16/29", "10.9.0.24/29")
+
+
+@pytest.mark.parametrize("name", ["sandhold-egress-", "sandhold-test-internet", "upstream", "zz"])
+def test_an_upstream_network_that_sorts_after_the_session_networks_is_refused(name: str) -> None:
+    """Docker would give the proxy its default route from the session network (which leads
+    nowhere): the first by name of a container's networks that are not internal."""
+    with pytest.raises(InvalidArgumentError, match="sorts after the session networks") as caught:
+        EgressSettings(upstream_network=name)
+    assert caught.value.error_type == "invalid_argument" and caught.value.hint
+
+
+def test_a_session_network_is_removed_before_the_link_it_sits_on() -> None:
+    found = [{"Id": "l", "Driver": "bridge"}, {"Id": "s", "Driver": "macvlan"}]
+    assert [n["Id"] for n in removal_order(found)] == ["s", "l"]

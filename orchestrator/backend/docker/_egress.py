@@ -1,9 +1,10 @@
-"""Egress for sessions whose policy has a network: an internal network of their own (no route
-out) and an egress proxy container (``worker/egress_proxy.py`` from the session's image) attached
-to it and to the upstream network. The session container joins only the internal network and
-gets ``HTTP(S)_PROXY`` naming the proxy's address there with a per-session credential.
+"""Egress for sessions whose policy has a network: a network of their own on which the host is
+not and the only other member is an egress proxy container (``worker/egress_proxy.py`` from the
+session's image), also attached to the upstream network (``_egress_net`` says how the network is
+built). The session container joins only its network and gets ``HTTP(S)_PROXY`` naming the
+proxy's address there with a per-session credential: that address is all it can reach.
 
-Invariants: the network and the proxy carry ``LABEL_EGRESS_SESSION`` (and the orchestrator's id
+Invariants: the networks and the proxy carry ``LABEL_EGRESS_SESSION`` (and the orchestrator's id
 and the spec's extra labels), so ``remove_egress`` finds them by the session id and
 ``reap_egress`` finds those whose session container is gone; a failed ``open_egress`` leaves
 nothing behind. The proxy's settings are the orchestrator's (the policy's rules and limits, the
@@ -21,13 +22,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import docker
 
 from orchestrator.backend.base import LABEL_SESSION, SANDBOX_UID
 from orchestrator.backend.docker._client import DockerClient
-from orchestrator.backend.docker._egress_subnets import check_pool, create_in_pool
+from orchestrator.backend.docker._egress_net import (
+    UPSTREAM_HINT,
+    create_networks,
+    link_name,
+    network_name,
+    removal_order,
+    upstream_problem,
+)
+from orchestrator.backend.docker._egress_subnets import check_pool
 from orchestrator.backend.docker._seccomp import profile_json
-from orchestrator.errors import BackendError, BackendUnavailableError, InvalidArgumentError
+from orchestrator.errors import BackendUnavailableError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import ContainerSpec
@@ -62,6 +70,9 @@ MIB = 1024 * 1024
 # The proxy is a small asyncio server: this holds it with room for a few hundred connections.
 PROXY_MEMORY_MB = 96
 PROXY_PIDS = 32
+# The proxy sits on the session's network and its link (``_egress_net``) and on the upstream one:
+# it relays connections, it never routes a packet from one to another.
+PROXY_SYSCTLS = {"net.ipv4.ip_forward": "0", "net.ipv4.conf.all.forwarding": "0"}
 # Another orchestrator's proxy without a session container is left this long: its creation may
 # be in flight (a network, then the proxy, then the session container, in well under this).
 STRAY_GRACE_S = 600.0
@@ -75,13 +86,16 @@ class EgressSettings:
     on; the address range the sessions' internal networks are carved from (``/28`` each, see
     ``_egress_subnets``; None: the engine's default pools, about thirty networks with Docker's
     defaults); and address ranges the proxies may connect to despite being private (for tests
-    that build their own "internet" on a Docker network; empty in any real deployment)."""
+    that build their own "internet" on a Docker network; empty in any real deployment). The
+    upstream network's name sorts before ``sandhold-egress-`` (``upstream_problem``)."""
 
     upstream_network: str = "bridge"
     subnet_pool: str | None = None
     permit_cidrs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if (problem := upstream_problem(self.upstream_network)) is not None:
+            raise InvalidArgumentError(problem, hint=UPSTREAM_HINT)
         if self.subnet_pool is not None:
             try:
                 check_pool(self.subnet_pool)
@@ -116,10 +130,6 @@ class Egress:
             "NO_PROXY": no_proxy,
             "no_proxy": no_proxy,
         }
-
-
-def network_name(session_id: str) -> str:
-    return f"sandhold-egress-{session_id}"
 
 
 def _labels(spec: ContainerSpec) -> dict[str, str]:
@@ -167,6 +177,7 @@ def proxy_kwargs(spec: ContainerSpec, token: str, settings: EgressSettings) -> d
         "memswap_limit": PROXY_MEMORY_MB * MIB,
         "nano_cpus": int(0.5e9),
         "pids_limit": PROXY_PIDS,
+        "sysctls": PROXY_SYSCTLS,
         "init": True,
         "restart_policy": {"Name": "no"},
         "log_config": {"Type": "none", "Config": {}},
@@ -176,14 +187,14 @@ def proxy_kwargs(spec: ContainerSpec, token: str, settings: EgressSettings) -> d
 async def open_egress(
     client: DockerClient, spec: ContainerSpec, settings: EgressSettings
 ) -> Egress:
-    """The session's internal network and its running proxy; nothing is left on failure."""
+    """The session's networks and its running proxy; nothing is left on failure."""
     token = secrets.token_urlsafe(24)
     name = network_name(spec.session_id)
     try:
-        await _create_network(client, spec, settings)
+        await create_networks(client, spec.session_id, _labels(spec), settings.subnet_pool)
         kwargs = proxy_kwargs(spec, token, settings)
         proxy = await client.call(lambda sdk: sdk.containers.create(**kwargs))
-        await client.call(lambda sdk: sdk.networks.get(settings.upstream_network).connect(proxy.id))
+        await client.call(_connect_proxy, proxy.id, spec.session_id, settings.upstream_network)
         await client.call(lambda _sdk: proxy.start())
         info = await client.call(lambda sdk: sdk.api.inspect_container(proxy.id))
         address = info["NetworkSettings"]["Networks"][name]["IPAddress"]
@@ -196,47 +207,22 @@ async def open_egress(
     return Egress(network=name, proxy_id=str(proxy.id), proxy_address=address, token=token)
 
 
-async def _create_network(
-    client: DockerClient, spec: ContainerSpec, settings: EgressSettings
-) -> None:
-    name = network_name(spec.session_id)
-
-    def create(sdk: Any, subnet: str | None) -> None:
-        ipam = None
-        if subnet is not None:
-            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
-        sdk.networks.create(
-            name, driver="bridge", internal=True, labels=_labels(spec), check_duplicate=True,
-            ipam=ipam,
-        )  # fmt: skip
-
-    pool = settings.subnet_pool
-    try:
-        if pool is None:
-            await client.call(create, None)
-        else:
-            await client.call(lambda sdk: create_in_pool(sdk, pool, lambda s: create(sdk, s)))
-    except BackendUnavailableError:
-        raise
-    except BackendError as exc:
-        if "non-overlapping" not in str(exc):
-            raise
-        raise BackendUnavailableError(
-            "the engine has no address pool left for another session network (Docker's "
-            f"default pools hold about thirty): {exc}",
-            hint="set SANDHOLD_EGRESS_SUBNETS to a free private range (a /28 per session), "
-            "or default-address-pools in daemon.json",
-        ) from exc
+def _connect_proxy(sdk: Any, proxy_id: str, session_id: str, upstream: str) -> None:
+    sdk.networks.get(link_name(session_id)).connect(proxy_id)
+    network = sdk.networks.get(upstream)
+    if (problem := upstream_problem(network.name)) is not None:  # ``upstream`` may be an id
+        raise BackendUnavailableError(problem, hint=UPSTREAM_HINT)
+    network.connect(proxy_id)
 
 
 async def remove_egress(client: DockerClient, session_id: str) -> None:
-    """Remove the session's proxy and network; what is already gone is not an error."""
+    """Remove the session's proxy and networks; what is already gone is not an error."""
     label = f"{LABEL_EGRESS_SESSION}={session_id}"
 
     def remove(sdk: Any) -> None:
         for found in sdk.api.containers(all=True, quiet=True, filters={"label": label}):
             _ignore_gone(sdk.api.remove_container, found["Id"], force=True, v=True)
-        for net in sdk.api.networks(filters={"label": label}):
+        for net in removal_order(sdk.api.networks(filters={"label": label})):
             _ignore_gone(sdk.api.remove_network, net["Id"])
 
     with anyio.fail_after(REMOVE_TIMEOUT):

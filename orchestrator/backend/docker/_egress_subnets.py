@@ -1,10 +1,11 @@
 """Addresses for the sessions' egress networks from an operator's pool, so that their number is
-not capped by the engine's default address pools (Docker's give about thirty bridge networks,
-each a /20 or a /16, while an egress network holds three addresses: the gateway, the session and
-its proxy).
+not capped by the engine's default address pools (Docker's give about thirty networks, each a
+/20 or a /16, and a session with egress takes two: ``_egress_net``; its session network holds
+four addresses: the gateway nobody holds, the session, its proxy and one spare; its link two).
 
-With ``EgressSettings.subnet_pool`` set, each egress network gets the pool's first
-``SUBNET_PREFIX`` subnet that overlaps no network the engine has. Invariants: one process picks
+With ``EgressSettings.subnet_pool`` set, each session gets the pool's first ``SUBNET_PREFIX``
+subnet that overlaps no network the engine has, and its two networks one half each
+(``halves``). Invariants: one process picks
 and creates one network at a time (``_PICKING``), so its own creations never pick the same
 subnet; another process (a second orchestrator on the engine) may still pick it first, and the
 engine refuses the overlap, which is retried with the next free subnet, at most
@@ -21,7 +22,8 @@ from typing import Any, Final
 from orchestrator.backend.docker._client import translate_docker_errors
 from orchestrator.errors import BackendError, BackendUnavailableError
 
-# 16 addresses: the network and broadcast ones, the gateway, the session, its proxy, and room.
+# 16 addresses, two halves of 8: each half's network and broadcast addresses and gateway, and on
+# the session network the session and its proxy, on the link the proxy.
 SUBNET_PREFIX: Final = 28
 MAX_ATTEMPTS: Final = 8
 _PICKING = threading.Lock()
@@ -44,6 +46,12 @@ def free_subnets(pool: str, taken: Iterable[str], prefix: int = SUBNET_PREFIX) -
             yield str(candidate)
 
 
+def halves(subnet: str) -> tuple[str, str]:
+    """A session's subnet of the pool split in two: (its session network's, its link's)."""
+    first, second = ipaddress.ip_network(subnet).subnets(prefixlen_diff=1)
+    return str(first), str(second)
+
+
 def check_pool(pool: str) -> str:
     """``pool`` as a network, or ``ValueError`` saying why it cannot be one."""
     network = ipaddress.ip_network(pool)
@@ -64,8 +72,8 @@ def _engine_subnets(sdk: Any) -> list[str]:
 
 
 def create_in_pool(sdk: Any, pool: str, create: Any) -> str:
-    """Run ``create(subnet)`` (it creates the network) with a free subnet of ``pool``, in a
-    worker thread; the subnet it got."""
+    """Run ``create(subnet)`` (it creates the session's networks, all or none) with a free
+    subnet of ``pool``, in a worker thread; the subnet it got."""
     with _PICKING:
         for _ in range(MAX_ATTEMPTS):
             subnet = next(free_subnets(pool, _engine_subnets(sdk)), None)
@@ -89,4 +97,4 @@ def create_in_pool(sdk: Any, pool: str, create: Any) -> str:
     )
 
 
-__all__ = ["SUBNET_PREFIX", "check_pool", "create_in_pool", "free_subnets"]
+__all__ = ["SUBNET_PREFIX", "check_pool", "create_in_pool", "free_subnets", "halves"]
