@@ -12,6 +12,7 @@ from orchestrator.sandbox._commands import (
 from orchestrator.sandbox._files import AsyncFiles
 from orchestrator.sandbox._results import (
     CellFailure,
+    CodeContext,
     CommandResult,
     Execution,
     FileInfo,
@@ -32,6 +33,7 @@ __all__ = [
     "AsyncSandbox",
     "AsyncTerminals",
     "CellFailure",
+    "CodeContext",
     "CommandHandle",
     "CommandResult",
     "Execution",

@@ -265,3 +265,17 @@ class Interruption:
             ran_for_s=answer.get("ran_for_s"),
             state_reset=bool(answer.get("state_reset")),
         )
+
+
+@dataclass(frozen=True)
+class CodeContext:
+    """A REPL context of the session: its id (``default`` for the session's own REPL), its
+    language and its working directory (None: the session's)."""
+
+    id: str
+    language: str
+    cwd: str | None = None
+
+    @classmethod
+    def of(cls, answer: dict[str, Any]) -> CodeContext:
+        return cls(id=answer["id"], language=answer["language"], cwd=answer.get("cwd"))

@@ -30,6 +30,7 @@ from orchestrator.sandbox._commands import AsyncCommands, AsyncProcesses, AsyncT
 from orchestrator.sandbox._failures import check
 from orchestrator.sandbox._files import AsyncFiles
 from orchestrator.sandbox._results import (
+    CodeContext,
     Execution,
     HistoryItem,
     Interruption,
@@ -229,11 +230,13 @@ class AsyncSandbox:
         env: dict[str, str] | None = None,
         on_stdout: Listener | None = None,
         on_stderr: Listener | None = None,
+        context: CodeContext | str | None = None,
     ) -> Execution:
-        """Run ``code`` in the session's interpreter (its state kept between calls). The
+        """Run ``code`` in the session's interpreter (its state kept between calls), or in
+        ``context`` (one from ``create_code_context``, or a language's name: ``"bash"``). The
         listeners get its output as it comes, before the answer; the answer holds all of it."""
         answer = await self._calls(
-            REPL, "execute", code=code, env=env,
+            REPL, "execute", code=code, env=env, context=_context_id(context),
             timeout_s=timeout if timeout is not None else self.timeout,
             on_stdout=on_stdout, on_stderr=on_stderr,
         )  # fmt: skip
@@ -271,6 +274,25 @@ class AsyncSandbox:
         whose caller gave up): SIGINT with the state kept, or after the policy's kill grace a
         fresh interpreter. Does not wait for the session's turn, as every other call does."""
         return Interruption.of(await self._calls(REPL, "interrupt"))
+
+    async def create_code_context(
+        self, *, language: str = "python", cwd: str | None = None
+    ) -> CodeContext:
+        """A new REPL context in the session: its own interpreter, state and cwd."""
+        answer = await self._calls(REPL, "create_context", language=language, cwd=cwd)
+        return CodeContext.of(answer["context"])
+
+    async def list_code_contexts(self) -> builtins.list[CodeContext]:
+        """The session's contexts, its default REPL first."""
+        listed = await self._calls(REPL, "list_contexts")
+        return [CodeContext.of(c) for c in listed.get("contexts", [])]
+
+    async def restart_code_context(self, context: CodeContext | str) -> None:
+        """A fresh interpreter for the context: its state gone, its cwd kept."""
+        await self._calls(REPL, "restart_context", context=_context_id(context))
+
+    async def remove_code_context(self, context: CodeContext | str) -> None:
+        await self._calls(REPL, "remove_context", context=_context_id(context))
 
     async def reset(self) -> None:
         """Restart the interpreter: every variable and import gone, files kept."""
@@ -332,6 +354,10 @@ async def _release(transport: Transport, owned: bool) -> None:
     if owned:
         with anyio.CancelScope(shield=True):
             await transport.aclose()
+
+
+def _context_id(context: CodeContext | str | None) -> str | None:
+    return context.id if isinstance(context, CodeContext) else context
 
 
 def _present(**arguments: Any) -> dict[str, Any]:

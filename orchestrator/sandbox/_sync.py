@@ -22,6 +22,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from orchestrator.sandbox._calls import AsyncPart
 from orchestrator.sandbox._results import (
+    CodeContext,
     Execution,
     HistoryItem,
     Interruption,
@@ -139,12 +140,29 @@ class Sandbox:
         env: dict[str, str] | None = None,
         on_stdout: Listener | None = None,
         on_stderr: Listener | None = None,
+        context: CodeContext | str | None = None,
     ) -> Execution:
         execution: Execution = self._run(
             self._sandbox.run_code, code, timeout=timeout, env=env,
-            on_stdout=on_stdout, on_stderr=on_stderr,
+            on_stdout=on_stdout, on_stderr=on_stderr, context=context,
         )  # fmt: skip
         return execution
+
+    def create_code_context(
+        self, *, language: str = "python", cwd: str | None = None
+    ) -> CodeContext:
+        made: CodeContext = self._run(self._sandbox.create_code_context, language=language, cwd=cwd)
+        return made
+
+    def list_code_contexts(self) -> builtins.list[CodeContext]:
+        listed: builtins.list[CodeContext] = self._run(self._sandbox.list_code_contexts)
+        return listed
+
+    def restart_code_context(self, context: CodeContext | str) -> None:
+        self._run(self._sandbox.restart_code_context, context)
+
+    def remove_code_context(self, context: CodeContext | str) -> None:
+        self._run(self._sandbox.remove_code_context, context)
 
     def inspect(self, name: str) -> Variable:
         variable: Variable = self._run(self._sandbox.inspect, name)
