@@ -55,8 +55,8 @@ async def test_inside_the_container_nothing_is_privileged_and_every_limit_holds(
     assert seen["sizes"]["/workspace"] == res.workspace_mb * MIB
     assert seen["sizes"]["/home/sandbox"] == res.home_mb * MIB
     assert seen["sizes"]["/dev/shm"] == res.shm_mb * MIB
-    # A policy with egress gets one interface more: on its session's internal network, whose
-    # only way out is its proxy (tests/docker/test_egress.py); every other has loopback alone.
+    # A policy with egress gets one interface more: on its session's own network, whose only
+    # other member is its proxy (tests/docker/test_egress*.py); every other has loopback alone.
     assert seen["net"] == (["lo"] if policy.network.mode == "none" else ["eth0", "lo"])
     assert seen["sockets"] == []
     assert seen["rlimits"]["nofile"] == [res.nofile, res.nofile]
@@ -88,11 +88,15 @@ async def test_the_engine_shows_the_host_config_the_policy_asks_for(
     assert f"size={res.tmp_mb}m" in host["Tmpfs"]["/tmp"]
     if policy.network.mode == "none":
         assert host["NetworkMode"] == "none"
-    else:  # its session's own network, with no route out (internal)
+    else:  # its session's own network, on which the host is not (backend/docker/_egress_net)
         assert host["NetworkMode"].startswith("sandhold-egress-")
         name = host["NetworkMode"]
         network = await docker_backend.client.call(lambda sdk: sdk.networks.get(name))
-        assert network.attrs["Internal"] is True
+        assert network.attrs["Driver"] == "macvlan"
+        link = await docker_backend.client.call(lambda sdk: sdk.networks.get(f"{name}-link"))
+        assert network.attrs["Options"]["parent"] == f"br-{link.id[:12]}"
+        assert link.attrs["Internal"] is True
+        assert link.attrs["Options"]["com.docker.network.bridge.inhibit_ipv4"] == "true"
     assert host["Memory"] == host["MemorySwap"] == res.memory_mb * MIB
     assert host["NanoCpus"] == int(res.cpus * 1e9)
     assert host["PidsLimit"] == res.pids
