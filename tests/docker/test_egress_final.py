@@ -21,16 +21,17 @@ import pytest
 from orchestrator._core.tenants import TenantConfig, TenantQuotas
 from orchestrator.backend.docker import DockerBackend
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
-from tests.docker.test_egress import FETCH_IN_REPL, egress_backend, internet
+from tests.docker.test_egress import FETCH_IN_REPL, egress_backend, internet, runtime
 from tests.docker.test_egress_quota import _samples
 
-__all__ = ["egress_backend", "internet"]  # the fixtures, shared with test_egress
+__all__ = ["egress_backend", "internet", "runtime"]  # the fixtures, shared with test_egress
 
 pytestmark = pytest.mark.anyio
 
 OPEN_POLICY = """
 extends = "shell"
 name = "egress-open"
+{runtime}
 [network]
 mode = "open"
 max_mb = 64
@@ -43,10 +44,13 @@ HEAD_ROOM = 1024
 SCENARIO_TIMEOUT = 240.0
 
 
-def _config(worker_image: Any, tmp_path: Path, tenant: TenantConfig) -> Any:
+def _config(
+    worker_image: Any, tmp_path: Path, tenant: TenantConfig, runtime: str | None = None
+) -> Any:
     from orchestrator._api import OrchestratorConfig
 
-    (tmp_path / "egress-open.toml").write_text(OPEN_POLICY)
+    line = f'runtime = "{runtime}"' if runtime else ""
+    (tmp_path / "egress-open.toml").write_text(OPEN_POLICY.format(runtime=line))
     return OrchestratorConfig(
         image=worker_image.tag,
         orchestrator_id=f"{TEST_ORCHESTRATOR_ID}-{secrets.token_hex(4)}",
@@ -81,7 +85,7 @@ def _bytes(orch: Any, tenant: str, direction: str) -> float:
 
 
 async def test_sessions_destroyed_right_after_a_download_are_counted_to_the_byte(
-    worker_image: Any, egress_backend: DockerBackend, tmp_path: Path
+    worker_image: Any, egress_backend: DockerBackend, tmp_path: Path, runtime: str | None
 ) -> None:
     from orchestrator._api import Orchestrator
 
@@ -90,7 +94,7 @@ async def test_sessions_destroyed_right_after_a_download_are_counted_to_the_byte
     # has about even odds that the proxy's once-a-second file caught its download anyway.
     sessions, size = 6, 160_000
     async with Orchestrator(
-        _config(worker_image, tmp_path, tenant), backend=egress_backend
+        _config(worker_image, tmp_path, tenant, runtime), backend=egress_backend
     ) as orch:
         with anyio.fail_after(SCENARIO_TIMEOUT):
             async with anyio.create_task_group() as group:
