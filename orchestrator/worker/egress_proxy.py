@@ -59,9 +59,10 @@ TICK = 1.0
 MAX_RULE_CHARS = 64
 # The rule of every attempt after the session's last read (``final``): the session is ending.
 ENDED_RULE = "session.ended"
-# The control socket's one request line; its client is the orchestrator's exec, which answers
-# at once or is stuck (then the session's teardown goes on without the totals).
+# The control socket's one request line is a word ("final"): anything longer is not its client.
 MAX_CONTROL_LINE = 64
+# Its client is the orchestrator's exec, which sends at once and reads at once; one that does
+# neither by now is stuck, and the session's teardown goes on without its totals anyway.
 CONTROL_TIMEOUT = 5.0
 # An HTTP method: a token (RFC 9110), and no real one is longer than this.
 _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
