@@ -34,7 +34,7 @@ import anyio
 from pydantic import BaseModel
 
 from orchestrator.backend.base import STDERR, Backend, ExecSpec, ExecStream
-from orchestrator.errors import BackendError, SessionNotFoundError
+from orchestrator.errors import BackendError, BackendUnavailableError, SessionNotFoundError
 from orchestrator.session.helper_exchange import (
     SEND_CHUNK_BYTES,
     STDERR_TAIL_BYTES,
@@ -51,6 +51,9 @@ M = TypeVar("M", bound=BaseModel)
 
 # 64 random bits: an id nobody in the sandbox can guess before the request is on its way.
 ID_BYTES = 8
+# A reply slower than this has the engine asked whether it still answers: the helper's stream
+# runs through the engine, and a frozen engine stalls it with no error of its own.
+ENGINE_CHECK_AFTER = 2.0
 
 
 class _Ended(Exception):
@@ -141,7 +144,7 @@ class ServedHelper:
         reply: dict[str, Any] | None = None
         try:
             with anyio.move_on_after(timeout):
-                reply = await self._attempts(argv, op, line, request_id)
+                reply = await self._watched(argv, op, line, request_id)
         except BaseException:
             # A cancel, a bad line or a broken stream: the helper may be mid-request or out of
             # step, and a fresh one costs less than finding out.
@@ -150,6 +153,37 @@ class ServedHelper:
         if reply is None:
             await self._drop()
             raise BackendError(f"the {self._helper.name} did not answer {op} within {timeout:g} s")
+        return reply
+
+    async def _watched(
+        self, argv: Sequence[str], op: str, line: bytes, request_id: str
+    ) -> dict[str, Any] | None:
+        """``_attempts``, unless the engine stops answering meanwhile: then its
+        ``BackendUnavailableError`` (the engine call's own timeout bounds the wait)."""
+        unavailable: list[BackendUnavailableError] = []
+        reply: dict[str, Any] | None = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                try:
+                    while True:
+                        await anyio.sleep(ENGINE_CHECK_AFTER)
+                        await self._backend.ping()
+                except BackendUnavailableError as exc:
+                    unavailable.append(exc)
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                reply = await self._attempts(argv, op, line, request_id)
+            except Exception as exc:  # raised below: out of the task group, which would wrap it
+                failure = exc
+            tg.cancel_scope.cancel()
+        if unavailable:
+            raise unavailable[0]
+        if failure is not None:
+            raise failure
         return reply
 
     async def _attempts(

@@ -45,7 +45,8 @@ API_TIMEOUT = 30.0
 ADDRESS_POOL = "10.231.0.0/16"
 # Sessions' egress networks are carved from here (``SANDHOLD_EGRESS_SUBNETS``), within the pool.
 EGRESS_SUBNETS = "10.231.128.0/17"
-UPSTREAM_NETWORK = "sandhold-faults-upstream"
+# Sorts before the session networks (sandhold-egress-…): Docker routes the proxies through it.
+UPSTREAM_NETWORK = "faults-upstream"
 UPSTREAM_SUBNET = "10.231.1.0/24"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
