@@ -69,7 +69,9 @@ MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
         "result_repr": "The `repr()` of a final expression's value, when there is one.",
         "results": "Rich results in the order the cell showed them: MIME bundles holding "
         "`text/plain` and any of `text/html`, `text/markdown`, `image/svg+xml`, `image/png`, "
-        "`image/jpeg` (base64), `text/latex`, `application/json`, with `is_main_result` for "
+        "`image/jpeg` (base64), `text/latex`, `application/json`, "
+        "`application/vnd.sandhold.data+json` (a DataFrame's columns as lists), with "
+        "`is_main_result` for "
         "the final expression's value and `truncated` when a representation was left out for "
         "size. From `display()`, the final expression and matplotlib figures.",
         "error_type": "On failure: the exception's class name, or `timeout`, `validation`, "
@@ -246,6 +248,13 @@ NETWORK_DENIED = {
     ),
 }
 
+CONTEXT_FIELDS = {
+    "id": ("string", "The context's id (`default`: the session's own REPL)."),
+    "language": ("string", "`python` or `bash`."),
+    "cwd": ("string or null", "Its working directory; null: the session's."),
+}
+CONTEXT = {"context": ("object", "The context: `id`, `language`, `cwd`.")}
+
 RESULTS: Mapping[str, ResultShape] = {
     "python_repl.execute": ResultShape(NETWORK_DENIED, ExecuteResult),
     "python_repl.reset": ResultShape(SESSION),
@@ -307,6 +316,19 @@ RESULTS: Mapping[str, ResultShape] = {
             "count": ("integer", "How many variables."),
         },
         items={"variables": ResultShape(model=VariableInfo)},
+    ),
+    "python_repl.create_context": ResultShape({**SESSION, **CONTEXT}),
+    "python_repl.list_contexts": ResultShape(
+        {
+            **SESSION,
+            "contexts": ("array of context", "The session's contexts, `default` first."),
+            "count": ("integer", "How many."),
+        },
+        items={"contexts": ResultShape(CONTEXT_FIELDS)},
+    ),
+    "python_repl.restart_context": ResultShape({**SESSION, **CONTEXT}),
+    "python_repl.remove_context": ResultShape(
+        {**SESSION, **CONTEXT, "removed": ("boolean", "True: the context has ended.")}
     ),
     "terminal.start": ResultShape({**SESSION, **CREATED}, TerminalResult),
     "terminal.read": ResultShape(SESSION, TerminalResult),

@@ -43,7 +43,10 @@ REPR_METHODS = (
     ("text/latex", "_repr_latex_"),
     (JSON, "_repr_json_"),
 )
-MIME_TYPES = (TEXT, *(mime for mime, _ in REPR_METHODS))
+# A table's columns as JSON lists ({column: [values]}): what E2B's ``data`` field holds for a
+# DataFrame, made by the worker (no hook of the object's own offers it).
+DATA = "application/vnd.sandhold.data+json"
+MIME_TYPES = (TEXT, *(mime for mime, _ in REPR_METHODS), DATA)
 BINARY_TYPES = frozenset({PNG, JPEG})
 # Bundles per cell: a loop that displays a million objects gets a count, not a million bundles.
 MAX_RESULTS = 100
@@ -75,6 +78,16 @@ class CellResults:
         if main:
             bundle["is_main_result"] = True
         self.bundles.append(bundle)
+
+    def add_bundle(self, bundle: dict[str, Any] | None) -> None:
+        """A bundle made already (``display(..., raw=True)``); None is left out."""
+        if bundle is None:
+            return
+        if len(self.bundles) >= MAX_RESULTS:
+            self.dropped += 1
+            self.truncated = True
+            return
+        self.bundles.append(self._fit(bundle))
 
     def add_open_figures(self) -> None:
         """Every pyplot figure still open, rendered once and closed."""
@@ -115,11 +128,36 @@ def bundle_of(value: object, repr_limit: int, plain: str | None = None) -> dict[
             bundle[PNG] = png
     else:
         bundle.update(_offered(value))
+        bundle[DATA] = _checked(DATA, _call(lambda: _table_data(value)))
     text = _checked(TEXT, bundle.get(TEXT))
     if text is None:
         text = plain if plain is not None else _plain(value, repr_limit)
     bundle[TEXT] = text
     return {mime: bundle[mime] for mime in MIME_TYPES if bundle.get(mime) is not None}
+
+
+def raw_bundle(data: object) -> dict[str, Any] | None:
+    """``display(data, raw=True)``: ``data`` is a MIME bundle already; what of it a bundle may
+    hold (``text/plain`` empty when it has none), or None for anything but a dict."""
+    if not isinstance(data, dict):
+        return None
+    bundle = {mime: _checked(mime, data.get(mime)) for mime in MIME_TYPES}
+    if bundle[TEXT] is None:
+        bundle[TEXT] = ""
+    return {mime: value for mime, value in bundle.items() if value is not None}
+
+
+def _table_data(value: object) -> dict[str, Any] | None:
+    """A pandas DataFrame's columns as lists, through pandas' own JSON (NaN as null, times as
+    epoch milliseconds); None for anything else."""
+    pandas = sys.modules.get("pandas")
+    frame = getattr(pandas, "DataFrame", None) if pandas is not None else None
+    if not isinstance(frame, type) or not isinstance(value, frame):
+        return None
+    columns: Any = value
+    return {
+        str(name): json.loads(column.to_json(orient="values")) for name, column in columns.items()
+    }
 
 
 def _offered(value: object) -> dict[str, Any]:
@@ -188,7 +226,7 @@ def _checked(mime: str, data: Any) -> Any:
                 return None
             return data
         return None
-    if mime == JSON:
+    if mime in (JSON, DATA):
         if not isinstance(data, dict | list):
             return None
         try:  # only what survives a round trip through JSON travels as JSON
@@ -243,13 +281,18 @@ class Display:
     def __init__(self) -> None:
         self.current: CellResults | None = None
 
-    def display(self, *values: object) -> None:
-        """Show each value as a rich result of the running cell, in order (Jupyter's display)."""
+    def display(self, *values: object, raw: bool = False, **options: object) -> None:
+        """Show each value as a rich result of the running cell, in order (Jupyter's display);
+        with ``raw``, each value is a MIME bundle already. IPython's other options (``include``,
+        ``metadata``, ``display_id``...) are taken and ignored."""
         results = self.current
         if results is None:
             return  # a thread still running after its cell ended: nowhere to show it
         for value in values:
-            results.add(value)
+            if raw:
+                results.add_bundle(raw_bundle(value))
+            else:
+                results.add(value)
 
     def show(self, *args: object, **kwargs: object) -> None:
         """``matplotlib.pyplot.show``: the open figures become results of the running cell."""

@@ -31,6 +31,7 @@ if __name__ == "__main__" and not __package__:
     __package__ = os.path.basename(_here)
 
 from .capture import CapturedOutput, OutputCapture
+from .cell_rules import dedent_cell, install_ipython_display
 from .config import CONFIG_ENV, ConfigError, WorkerConfig, parse_config
 from .display import CellResults
 from .executor import CellOutcome, Executor
@@ -145,7 +146,7 @@ class Worker:
     def _execute(self, code: str, sink: "StreamSink | None" = None) -> Reply:
         self.gate.install()
         self.meter.start()
-        compiled = self.executor.compile(code)
+        compiled = self.executor.compile(dedent_cell(code))
         captured = CapturedOutput(b"", b"", False)
         results = CellResults(self.config.max_result_bytes, self.config.max_repr_chars)
         if isinstance(compiled, CellOutcome):
@@ -322,6 +323,7 @@ def main() -> int:
         worker.executor.restrictions.install_process_guards()
     else:
         _add_user_site()
+        install_ipython_display(worker.executor.display.display)
     # The session's namespace is __main__ from now on: pickling, dataclasses and typing resolve
     # user classes there, and the worker's own globals are no longer reachable by that name.
     sys.modules["__main__"] = worker.executor.module

@@ -145,7 +145,10 @@ MIME_TYPES: Final = (
     "image/jpeg",
     "text/latex",
     "application/json",
+    # A table's columns as lists (a DataFrame's): E2B's ``data``.
+    "application/vnd.sandhold.data+json",
 )
+JSON_MIME_TYPES: Final = frozenset({"application/json", "application/vnd.sandhold.data+json"})
 BINARY_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg"})
 RESULT_FLAGS: Final = frozenset({"is_main_result", "truncated"})
 MAX_RESULTS: Final = 100
@@ -165,9 +168,9 @@ def checked_bundle(value: Any) -> dict[str, Any]:
             raise ValueError(f"a result's {flag} is not a boolean")
     for mime in set(MIME_TYPES) & value.keys():
         data = value[mime]
-        if mime == "application/json":
+        if mime in JSON_MIME_TYPES:
             if not isinstance(data, dict | list):
-                raise ValueError("a result's application/json is not an object or array")
+                raise ValueError(f"a result's {mime} is not an object or array")
         elif not isinstance(data, str):
             raise ValueError(f"a result's {mime} is not a string")
         elif mime in BINARY_MIME_TYPES:
