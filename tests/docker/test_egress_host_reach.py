@@ -31,6 +31,7 @@ from typing import Any
 import docker
 import pytest
 
+from orchestrator.backend.base import ExecSpec
 from tests.docker.test_egress import (
     _egress_of,
     egress_backend,
@@ -262,3 +263,9 @@ async def test_a_session_reaches_no_host_address_only_its_proxy(sandbox: Any, li
     # Accepted: a host service answered. Refused (ECONNREFUSED): the host's kernel answered.
     assert reached == {}, f"the sandbox reached these addresses: {reached}"
     assert listeners.heard() == []
+    # And the proxy, on the session's side, its link and upstream, routes nothing between them.
+    forwarding = await box.backend.run(
+        proxy["Id"], ExecSpec(argv=["cat", "/proc/sys/net/ipv4/ip_forward"], workdir="/"),
+        timeout=30, max_output_bytes=64,
+    )  # fmt: skip
+    assert forwarding.stdout.decode().strip() == "0"
