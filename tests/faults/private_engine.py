@@ -5,8 +5,10 @@ containers run on it).
 Everything it has is its own: a data root and an exec root under one temporary directory, its
 own API socket, its own containerd socket (never ``/run/containerd/containerd.sock``, which a
 ``dockerd`` left to itself would pick up when present), its own daemon config file (the machine's
-``/etc/docker/daemon.json`` is not read), no default bridge (``--bridge=none``: ``docker0`` is the
-machine's), no iptables rules, a cgroup parent of its own, address pools in ``10.231.0.0/16``.
+``/etc/docker/daemon.json`` is not read), a network namespace of its own, made here and removed
+on close (a dockerd in the host's namespace takes the host's ``docker0`` for its own: told
+``--bridge=none`` or another bridge, it deletes it when it starts), no iptables rules, a cgroup
+parent of its own, address pools in ``10.231.0.0/16``.
 Sessions with a network get their upstream from ``UPSTREAM_NETWORK``, an internal network made
 here (nothing is ever sent beyond it).
 
@@ -59,6 +61,8 @@ class PrivateEngine:
         self.socket = self.root / "docker.sock"
         self._containerd_socket = self.root / "x" / "containerd.sock"
         self._machine_host = machine_host
+        # dockerd's network namespace (its docker0, its containers' links): never the host's.
+        self.netns = f"shf-{secrets.token_hex(4)}"
         self._containerd: subprocess.Popen[bytes] | None = None
         self._dockerd: subprocess.Popen[bytes] | None = None
         self.frozen = False
@@ -74,6 +78,7 @@ class PrivateEngine:
 
     def __enter__(self) -> Self:
         try:
+            self._make_netns()
             self._start_containerd()
             self.start()
             self._make_upstream()
@@ -123,6 +128,10 @@ class PrivateEngine:
         config = self.root / "daemon.json"
         config.write_text(json.dumps({}))
         command = [
+            # nsenter execs dockerd (the pid stays its own) and, unlike `ip netns exec`, keeps
+            # the host's /sys (and so its cgroup mounts).
+            "nsenter",
+            f"--net=/run/netns/{self.netns}",
             "dockerd",
             f"--config-file={config}",
             f"--data-root={self.root}/d/docker",
@@ -130,7 +139,6 @@ class PrivateEngine:
             f"--pidfile={self.root}/dockerd.pid",
             f"--host={self.docker_host}",
             f"--containerd={self._containerd_socket}",
-            "--bridge=none",
             "--iptables=false",
             "--ip-masq=false",
             "--ip-forward=false",
@@ -230,6 +238,13 @@ class PrivateEngine:
 
     # -- teardown ----------------------------------------------------------------------------
 
+    def _make_netns(self) -> None:
+        for command in (
+            ["ip", "netns", "add", self.netns],
+            ["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
+        ):
+            subprocess.run(command, capture_output=True, check=True, timeout=API_TIMEOUT)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             if self._dockerd is not None and self.frozen:
@@ -242,6 +257,7 @@ class PrivateEngine:
             _terminate(process)
         _unmount_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
+        subprocess.run(["ip", "netns", "delete", self.netns], capture_output=True, check=False)
         for controller in CGROUP_ROOT.glob(f"*/{self.name}"):
             for child in sorted(controller.rglob("*"), reverse=True):
                 if child.is_dir():
