@@ -31,6 +31,9 @@ EXIT_ERROR = 2  # as orchestrator.cli._common: an sandhold error ends a command 
 # Each option of the front and the environment variable that stands in for it.
 OPTIONS = {"--connect": "SANDHOLD_CONNECT", "--key": "SANDHOLD_API_KEY", "--task": "SANDHOLD_TASK"}
 
+# ``sandhold mcp --tools``'s variable: a tool set other than the whole is no option of the front.
+TOOLS_VARIABLE = "SANDHOLD_TOOLS"
+
 log = logging.getLogger("orchestrator.cli.mcp")
 
 
@@ -57,6 +60,8 @@ def front_options(argv: Sequence[str], environ: Mapping[str, str]) -> FrontOptio
                 return None
             value = rest.pop(0)
         given[name] = value
+    if environ.get(TOOLS_VARIABLE, "all") not in ("", "all"):
+        return None  # typer refuses a tool set with --connect, in one place
     values = {name: given.get(name) or environ.get(env) or None for name, env in OPTIONS.items()}
     connect = values["--connect"]
     if connect is None:

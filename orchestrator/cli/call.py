@@ -13,8 +13,10 @@ async caller (``sandhold shell --server``) runs it in a worker thread.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -25,9 +27,13 @@ from rich.text import Text
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, stdout
 from orchestrator.errors import BackendUnavailableError, InvalidArgumentError, OrchestratorError
 
-__all__ = ["ServerClient", "resolve_key"]
+__all__ = ["ServerClient", "resolve_key", "server_from_env"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+# The address of a running ``sandhold serve``, as the Sandbox API reads it too.
+URL_VARIABLE = "SANDHOLD_URL"
+# The CLI's name for it before issue 32: still read when SANDHOLD_URL is not set, with a warning.
+DEPRECATED_URL_VARIABLE = "SANDHOLD_SERVER"
 # The longest silence to wait through for an answer: the default policy's longest command
 # (300 s) and some margin; a call that names a longer timeout_s gets that plus the margin.
 ANSWER_TIMEOUT = 330.0
@@ -117,6 +123,20 @@ def resolve_key(key: str | None) -> str:
     return local_key(directory)[0]
 
 
+def server_from_env(environ: Mapping[str, str] = os.environ) -> str | None:
+    """``SANDHOLD_URL``, else the deprecated ``SANDHOLD_SERVER`` (with a warning on stderr)."""
+    if url := environ.get(URL_VARIABLE):
+        return url
+    if url := environ.get(DEPRECATED_URL_VARIABLE):
+        typer.echo(
+            f"sandhold: {DEPRECATED_URL_VARIABLE} is deprecated; set {URL_VARIABLE} instead "
+            "(the Sandbox API reads it too)",
+            err=True,
+        )
+        return url
+    return None
+
+
 def call(
     tool: Annotated[str, typer.Argument(help="Tool: python_repl, terminal, process, files, ...")],
     arguments: Annotated[
@@ -124,8 +144,12 @@ def call(
         typer.Argument(help="The tool's arguments as a JSON object, or - to read it from stdin."),
     ] = "{}",
     server: Annotated[
-        str, typer.Option(envvar="SANDHOLD_SERVER", help="URL of a running `sandhold serve`.")
-    ] = DEFAULT_SERVER,
+        str | None,
+        typer.Option(
+            help=f"URL of a running `sandhold serve` (default: ${URL_VARIABLE}, else "
+            f"{DEFAULT_SERVER})."
+        ),
+    ] = None,
     key: Annotated[
         str | None,
         typer.Option(
@@ -139,7 +163,7 @@ def call(
     sandhold call python_repl '{"operation": "execute", "code": "6 * 7"}'"""
     with reported_errors():
         parsed = parse_arguments(sys.stdin.read() if arguments == "-" else arguments)
-        client = ServerClient(server, resolve_key(key))
+        client = ServerClient(server or server_from_env() or DEFAULT_SERVER, resolve_key(key))
         answer = client.call(tool, parsed, timeout=answer_timeout(parsed))
     raise typer.Exit(show(tool, answer, as_json=as_json))
 

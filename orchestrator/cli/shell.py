@@ -36,7 +36,7 @@ import anyio
 import typer
 
 from orchestrator.cli._common import EXIT_ERROR, reported_errors, until_terminated
-from orchestrator.cli.call import ServerClient, resolve_key
+from orchestrator.cli.call import ServerClient, resolve_key, server_from_env
 from orchestrator.cli.image import with_image
 from orchestrator.errors import OrchestratorError
 
@@ -74,7 +74,7 @@ def shell(
     server: Annotated[
         str | None,
         typer.Option(
-            envvar="SANDHOLD_SERVER", help="Use a running `sandhold serve` (default: run locally)."
+            help="Use a running `sandhold serve` (default: $SANDHOLD_URL, else run locally)."
         ),
     ] = None,
     key: Annotated[
@@ -96,6 +96,7 @@ def shell(
     }
     if policy is not None:
         start["policy"] = policy
+    server = server or server_from_env()
     with reported_errors():
         try:
             if server is None:

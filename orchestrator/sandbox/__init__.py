@@ -8,6 +8,7 @@ from orchestrator.sandbox._commands import (
     AsyncProcesses,
     AsyncTerminals,
     CommandHandle,
+    ProcessHandle,
 )
 from orchestrator.sandbox._files import AsyncFiles
 from orchestrator.sandbox._results import (
@@ -40,6 +41,7 @@ __all__ = [
     "FileInfo",
     "HistoryItem",
     "Interruption",
+    "ProcessHandle",
     "Result",
     "Sandbox",
     "SandboxInfo",

@@ -14,16 +14,23 @@ import math
 import time
 from typing import Any, Final
 
+import anyio
+
 from orchestrator.sandbox._calls import AsyncPart, SessionCalls
 from orchestrator.sandbox._results import CommandResult, payload
 
-__all__ = ["AsyncCommands", "AsyncProcesses", "AsyncTerminals", "CommandHandle"]
+__all__ = ["AsyncCommands", "AsyncProcesses", "AsyncTerminals", "CommandHandle", "ProcessHandle"]
 
 # The terminal tool's longest single wait; a longer wait is several.
 MAX_WAIT_MS: Final = 60_000
 # A command started in the background answers at once; its output is read by wait().
 BACKGROUND_YIELD_MS: Final = 0
 TERMINAL = "terminal"
+PROCESS = "process"
+# ProcessHandle.wait asks for the state this often at first, doubling up to the second figure:
+# a short job is seen ending at once, a long one costs a call a second.
+PROCESS_POLL_S: Final = 0.1
+MAX_PROCESS_POLL_S: Final = 1.0
 
 
 class CommandHandle(AsyncPart):
@@ -148,17 +155,78 @@ class AsyncTerminals(AsyncPart):
         return await self._on("resize", terminal_id, rows=rows, cols=cols)
 
 
+class ProcessHandle(AsyncPart):
+    """A background process (``processes.start``), as ``commands.run(background=True)`` answers
+    a ``CommandHandle``: ``wait()`` for its end, ``kill()``, ``logs()``; ``state``,
+    ``exit_code`` and ``ports`` (the TCP ports it listens on) as last seen by any of them or by
+    ``refresh()``."""
+
+    def __init__(self, calls: SessionCalls, started: dict[str, Any]) -> None:
+        self._calls = calls
+        self.process_id: str = started["process_id"]
+        self.pid: int = started["pid"]
+        self.command: str = started.get("command", "")
+        self.cwd: str | None = started.get("cwd")
+        self.state: str = "running"
+        self.exit_code: int | None = None
+        self.ports: list[int] = []
+
+    def _seen(self, info: dict[str, Any]) -> None:
+        self.state = info.get("state", self.state)
+        self.exit_code = info.get("exit_code", self.exit_code)
+        self.ports = list(info.get("ports", self.ports))
+
+    async def refresh(self) -> str:
+        """Ask how it is (one ``list``); its state: ``running``, ``exited`` or ``killed``."""
+        listed = await self._calls(PROCESS, "list")
+        for info in listed.get("processes", []):
+            if info.get("process_id") == self.process_id:
+                self._seen(info)
+        return self.state
+
+    async def logs(self, *, tail: int = 100) -> str:
+        """The last ``tail`` lines of its output (stdout and stderr, as written)."""
+        answer = await self._calls(
+            PROCESS, "read_output", session=False, process_id=self.process_id, tail=tail
+        )
+        self._seen(answer)
+        return str(answer.get("output", ""))
+
+    async def wait(self, timeout: float | None = None, *, tail: int = 100) -> CommandResult:
+        """Its result once it ends: the exit code and the last ``tail`` lines of output; after
+        ``timeout`` seconds (None: no limit) one with ``timed_out``, the process left running.
+        The process tool has no wait: its state is asked every ``PROCESS_POLL_S`` or so."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        pause = PROCESS_POLL_S
+        while await self.refresh() == "running":
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return CommandResult(await self.logs(tail=tail), None, timed_out=True)
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, MAX_PROCESS_POLL_S)
+        return CommandResult(await self.logs(tail=tail), self.exit_code)
+
+    async def kill(self) -> bool:
+        """TERM to its process group, KILL after a grace; whether no process of it is left."""
+        answer = await self._calls(PROCESS, "kill", session=False, process_id=self.process_id)
+        self._seen(answer)
+        return bool(answer.get("group_empty"))
+
+
 class AsyncProcesses(AsyncPart):
-    """The ``process`` tool on this sandbox; each method answers the tool's fields."""
+    """The ``process`` tool on this sandbox: ``start`` answers a ``ProcessHandle``; ``list``,
+    ``logs`` and ``kill`` (by id) answer the tool's fields."""
 
     def __init__(self, calls: SessionCalls) -> None:
         self._calls = calls
 
-    async def start(self, command: str, **options: Any) -> dict[str, Any]:
-        return payload(await self._calls("process", "start", command=command, **options))
+    async def start(self, command: str, **options: Any) -> ProcessHandle:
+        """Start ``command`` in the background (the tool's options: ``cwd``, ``env``, ...)."""
+        started = await self._calls(PROCESS, "start", command=command, **options)
+        return ProcessHandle(self._calls, started)
 
     async def list(self) -> list[dict[str, Any]]:
-        listed = await self._calls("process", "list")
+        listed = await self._calls(PROCESS, "list")
         return list(listed.get("processes", []))
 
     async def logs(self, process_id: str, *, tail: int = 100) -> dict[str, Any]:

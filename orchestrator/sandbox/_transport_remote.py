@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any, Final
 
 import httpx2
@@ -24,6 +25,9 @@ from orchestrator.sandbox._transport import Listener
 __all__ = ["RemoteTransport", "remote_settings"]
 
 URL_VARIABLE: Final = "SANDHOLD_URL"
+# The CLI's name for the address before issue 32: read when SANDHOLD_URL is not set, with a
+# DeprecationWarning, so one name works everywhere (the CLI reads SANDHOLD_URL too).
+DEPRECATED_URL_VARIABLE: Final = "SANDHOLD_SERVER"
 KEY_VARIABLE: Final = "SANDHOLD_API_KEY"
 # Reaching a server and sending a request take at most this long on any network worth using.
 CONNECT_TIMEOUT: Final = 10.0
@@ -38,7 +42,7 @@ MAX_TIMEOUT_S: Final = 86_400.0
 def remote_settings(url: str | None, api_key: str | None) -> tuple[str, str] | None:
     """The server's address and key from the arguments or ``SANDHOLD_URL``/``SANDHOLD_API_KEY``;
     None when neither names a server (the sandbox is then local)."""
-    url = url or os.environ.get(URL_VARIABLE)
+    url = url or _url_from_env()
     if not url:
         return None
     key = api_key or os.environ.get(KEY_VARIABLE)
@@ -47,6 +51,19 @@ def remote_settings(url: str | None, api_key: str | None) -> tuple[str, str] | N
     if not url.startswith(("http://", "https://")):
         raise InvalidArgumentError(f"url must be http(s)://host:port, got {url!r}")
     return url.rstrip("/"), key
+
+
+def _url_from_env() -> str | None:
+    if url := os.environ.get(URL_VARIABLE):
+        return url
+    if url := os.environ.get(DEPRECATED_URL_VARIABLE):
+        warnings.warn(
+            f"{DEPRECATED_URL_VARIABLE} is deprecated; set {URL_VARIABLE} instead",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return url
+    return None
 
 
 def _answer_timeout(arguments: dict[str, Any]) -> float:

@@ -117,6 +117,12 @@ async def test_the_front_answers_without_importing_the_sdk_or_typer(tmp_path: Pa
             FrontOptions("http://e:1", "k", None),
         ),
         (["mcp"], {}, None),  # the local server: typer's
+        (["mcp", "--connect", "http://h:1"], {"SANDHOLD_TOOLS": "agent"}, None),  # refused there
+        (
+            ["mcp", "--connect", "http://h:1"],
+            {"SANDHOLD_TOOLS": "all"},
+            FrontOptions("http://h:1", None, None),
+        ),
         (["mcp", "--connect", "http://h:1", "--policy", "strict"], {}, None),  # typer refuses it
         (["mcp", "--connect", "http://h:1", "--help"], {}, None),
         (["mcp", "--connect"], {}, None),
