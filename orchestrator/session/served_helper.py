@@ -16,9 +16,12 @@ Invariants:
   line too long, unreadable or malformed, a timeout, a cancellation or a broken stream drops the
   helper: its stream is closed (the helper reads EOF and exits) and the next call starts a fresh
   one. A refusal of the helper's own (``invalid_argument``, ``quota_exceeded``) keeps it.
+- A reply slower than ``ENGINE_CHECK_AFTER`` has the engine pinged meanwhile: a frozen engine
+  stalls the stream with no error of its own, and ends the call ``backend_unavailable``.
 - A helper that was already running and ends before it answers (it went idle, or something in
   the sandbox killed it) is replaced and the request sent once more; one freshly started for the
-  request that ends without answering is an error. Only idempotent operations may be served.
+  request that ends without answering is ``process_crashed``. Only idempotent operations may be
+  served.
 - ``aclose`` closes the stream, shielded; a call after it, or caught by it on the way, is
   ``session_not_found``: no helper is started once the session is closing.
 """
@@ -34,7 +37,12 @@ import anyio
 from pydantic import BaseModel
 
 from orchestrator.backend.base import STDERR, Backend, ExecSpec, ExecStream
-from orchestrator.errors import BackendError, BackendUnavailableError, SessionNotFoundError
+from orchestrator.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ProcessCrashedError,
+    SessionNotFoundError,
+)
 from orchestrator.session.helper_exchange import (
     SEND_CHUNK_BYTES,
     STDERR_TAIL_BYTES,
@@ -202,9 +210,13 @@ class ServedHelper:
                     await _read_to_end(current)  # what it said on stderr tells why
                 await self._drop()
                 if fresh:
-                    raise BackendError(
-                        f"the {self._helper.name} sent no valid reply to {op}",
-                        hint=stderr_hint(current.stderr),
+                    # Killed (by code in the sandbox, or the OOM killer) or crashed mid-request:
+                    # the process serving the call died, and the next call starts a fresh one.
+                    hint = stderr_hint(current.stderr)
+                    raise ProcessCrashedError(
+                        f"the {self._helper.name} ended before it answered {op}"
+                        + (f" ({hint})" if hint else ""),
+                        cause=f"the {self._helper.name} ended",
                     ) from None
                 # A helper that was waiting ended without answering: it went idle, or was
                 # killed. Served operations are idempotent, so a fresh one takes the request.

@@ -13,7 +13,12 @@ import anyio
 import pytest
 
 from orchestrator.backend.fake import FakeBackend, FakeProcess, ProgramRun
-from orchestrator.errors import BackendError, InvalidArgumentError, SessionNotFoundError
+from orchestrator.errors import (
+    BackendError,
+    InvalidArgumentError,
+    ProcessCrashedError,
+    SessionNotFoundError,
+)
 from orchestrator.session.files.wire import FileReply
 from orchestrator.session.helper_exchange import Helper
 from orchestrator.session.repl.protocol import LineBuffer
@@ -216,10 +221,10 @@ async def test_a_fresh_helper_that_ends_without_answering_is_an_error_not_a_loop
         return 1
 
     backend.program(ARGV, dies)
-    with pytest.raises(BackendError) as caught:
+    with pytest.raises(ProcessCrashedError) as caught:
         await call(served)
-    assert caught.value.code == "internal"
-    assert caught.value.hint == "Traceback: it broke"
+    assert caught.value.code == "process_crashed"
+    assert "Traceback: it broke" in caught.value.message
     assert len(execs(backend)) == 1
 
 
