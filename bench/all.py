@@ -27,6 +27,7 @@ SCRIPTS = (
     "runtimes",
     "restart",
     "mcp_startup",
+    "tool_list",
     "cli_startup",
     "e2b_sdk",
 )

@@ -124,7 +124,7 @@ def _arguments(operation: Operation) -> str:
         prop = properties[name]
         kind = type_of(prop, nullable=False)
         if name in operation.map_fields:
-            kind += " (or an array of `{name, value}` objects)"
+            kind += " (or an array of `NAME=value` strings, or of `{name, value}` objects)"
         if bounds := bounds_of(prop):
             kind += f"; {bounds}"
         rows.append([f"`{name}`", kind, default_of(info), info.description or ""])

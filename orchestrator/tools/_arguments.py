@@ -6,7 +6,9 @@ its operations, so a client may send fields of other operations: clients that fi
 - A field of another operation of the tool: omitted, null or one of its advertised defaults is
   dropped; any other value is refused (``invalid_argument``), as it would be ignored otherwise.
 - A key no operation of the tool takes: refused.
-- A str-to-str map (``env``) also takes a list of ``{name, value}`` pairs.
+- A str-to-str map (``env``) also takes a list of ``NAME=value`` strings (what the schema
+  advertises: strict schemas take no open map) or of ``{name, value}`` objects, the form
+  advertised before; each name once.
 
 A value equals a default only with the same type: ``1`` is not ``True`` and ``5.0`` is not ``5``.
 """
@@ -57,12 +59,17 @@ def _leaves_unset(value: Any, unset: tuple[Any, ...] | None) -> bool:
 def _pairs(operation: str, key: str, pairs: list[Any]) -> dict[str, Any]:
     mapping: dict[str, Any] = {}
     for pair in pairs:
-        if not isinstance(pair, dict) or set(pair) != {"name", "value"}:
-            raise InvalidArgumentError(f"{operation}: {key}: each item must be {{name, value}}")
-        name = pair["name"]
-        if not isinstance(name, str) or name in mapping:
-            raise InvalidArgumentError(f"{operation}: {key}: names must be distinct strings")
-        mapping[name] = pair["value"]
+        if isinstance(pair, str) and "=" in pair:
+            name, value = pair.split("=", 1)
+        elif isinstance(pair, dict) and set(pair) == {"name", "value"}:
+            name, value = pair["name"], pair["value"]
+        else:
+            raise InvalidArgumentError(
+                f"{operation}: {key}: each item must be a NAME=value string or {{name, value}}"
+            )
+        if not isinstance(name, str) or not name or name in mapping:
+            raise InvalidArgumentError(f"{operation}: {key}: names must be distinct, non-empty")
+        mapping[name] = value
     return mapping
 
 

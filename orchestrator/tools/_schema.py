@@ -3,26 +3,28 @@ reads them on every turn, so each thing is said once and the detail lives in
 docs/reference/tools.md (generated from the same models).
 
 **Input.** One object for the whole tool: ``operation`` (an enum, required; its description
-lists each operation with its arguments, ``?`` marking the optional ones) and every argument of
-every operation. Each argument is said once: its type, and the first sentence of what it means
-(with its default, where it has one). Every argument but ``operation`` is optional and nullable:
-null means unset, and a field an operation does not use may be omitted, null, or its advertised
-default (``call_tool`` drops those; see docs/tool-contract.md).
+lists each operation once, as ``name(required arguments): what it does``) and every argument of
+every operation, by name and type only (what each means, and its default, is in the reference).
+Every argument but ``operation`` is optional and nullable: null means unset, and a field an
+operation does not use may be omitted or null (``call_tool`` drops those; see
+docs/tool-contract.md).
 
 The shape is the one every stack driven in tests/frameworks accepts:
 
 - a flat ``type`` list with ``"null"`` in it, and ``nullable: true`` beside it (smolagents
   reads ``type`` alone, refuses ``anyOf``, and takes a field as optional only when it is
-  ``nullable``);
+  ``nullable``); ``"integer"`` beside every ``"number"`` (smolagents refuses 600 for a list
+  holding only ``"number"``);
 - OpenAI strict mode's rules (openai-agents ``ensure_strict_json_schema`` makes every field
   required): no ``default`` keyword (the default is in the description), no open maps (a
-  str-to-str map such as ``env`` is advertised as a list of ``{name, value}`` pairs; the map is
-  accepted too), no ``$ref``, and ``additionalProperties: false`` on every object.
+  str-to-str map such as ``env`` is advertised as a list of ``NAME=value`` strings; the map, and
+  a list of ``{name, value}`` objects, are accepted too), no ``$ref``, and
+  ``additionalProperties: false`` on every object.
 
-**Output.** The envelope every result of the tool shares (``success``, the error pair) and
-``additionalProperties: true``: each operation adds its own fields (listed per operation in
-docs/reference/tools.md), and a client that builds a type from the schema (fastmcp's ``.data``)
-keeps them.
+**Output.** An open object that requires ``success``: the fields of each operation's result
+are listed in docs/reference/tools.md (a schema of each would cost more than the whole list may),
+and with no ``properties`` a client that builds a type from the schema (fastmcp's ``.data``)
+gets the result whole, as a dict.
 """
 
 from __future__ import annotations
@@ -34,17 +36,8 @@ if TYPE_CHECKING:
     from orchestrator.tools._base import Operation
 
 NULL = {"type": "null"}
-PAIRS_SCHEMA: dict[str, Any] = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
-        # No "required": strict conversions make every property required themselves, and a
-        # pair without both is refused by the tool layer all the same (its bytes are 7 x 26
-        # of a tight list).
-        "additionalProperties": False,
-    },
-}
+# A str-to-str map as strict schemas can say it, in the fewest bytes: ["NAME=value", ...].
+ASSIGNMENTS_SCHEMA: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 # Each argument name, with the operations that take it and their property schemas.
 Uses = dict[str, list[tuple[str, dict[str, Any]]]]
 # Keywords of a property schema that OpenAI's strict mode does not take, or that describe it
@@ -91,7 +84,8 @@ def field_uses(operations: Mapping[str, Operation]) -> Uses:
 
 
 def is_map(prop: Mapping[str, Any]) -> bool:
-    """A str-to-str map (``dict[str, str]``, possibly nullable): advertised as pairs."""
+    """A str-to-str map (``dict[str, str]``, possibly nullable): advertised as a list of
+    ``NAME=value`` strings."""
     branches = prop.get("anyOf", [prop])
     return any(
         b.get("type") == "object" and isinstance(b.get("additionalProperties"), dict)
@@ -123,7 +117,7 @@ def _signature(operation: Operation, uses: Uses, common: list[str]) -> str:
 
 
 def _advertised(prop: dict[str, Any]) -> dict[str, Any]:
-    core = PAIRS_SCHEMA if is_map(prop) else _flat(prop)
+    core = ASSIGNMENTS_SCHEMA if is_map(prop) else _flat(prop)
     return {**_with_null(core), "nullable": True}
 
 
@@ -145,6 +139,9 @@ def _flat(prop: Mapping[str, Any]) -> dict[str, Any]:
 def _with_null(core: dict[str, Any]) -> dict[str, Any]:
     kind = core["type"]
     kinds = [kind] if isinstance(kind, str) else list(kind)
+    if "number" in kinds and "integer" not in kinds:
+        # smolagents takes an integer for "number" but not for a list holding "number".
+        kinds.append("integer")
     nullable: dict[str, Any] = {**core, "type": [*kinds, "null"]}
     if "enum" in core:
         nullable["enum"] = [*core["enum"], None]

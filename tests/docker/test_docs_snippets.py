@@ -31,7 +31,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from orchestrator.images import ImageBuildResult
-from orchestrator.tools import TOOLS
+from orchestrator.tools import AGENT_TOOL_SET, DEFAULT_TOOL_SET, tool_set
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 from tests.docker.test_mcp_stdio import SCENARIO_TIMEOUT, containers_of, new_orchestrator_id, ok
 from tests.docker.test_serve import STOP_TIMEOUT, Server, running
@@ -51,6 +51,8 @@ EXPECTED = {
     "openai-agents",
     "langchain-mcp-adapters",
     "cursor-http",
+    "agent-tools",
+    "agent-tools-http",
 }
 HTTP_TIMEOUT = 60.0
 
@@ -146,6 +148,14 @@ def _client(entry: dict[str, Any], env: dict[str, str], stack: contextlib.AsyncE
     return Client(params)
 
 
+def _tool_set_of(entry: dict[str, Any]) -> str:
+    """The tool set a snippet asks for: ``--tools NAME`` or ``?tools=NAME``."""
+    args = entry.get("args", [])
+    if "--tools" in args or f"tools={AGENT_TOOL_SET}" in entry.get("url", ""):
+        return AGENT_TOOL_SET
+    return DEFAULT_TOOL_SET
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_the_snippet_starts_a_server_that_lists_the_tools_and_executes(
     name: str, worker_image: ImageBuildResult, tmp_path: Path
@@ -159,7 +169,7 @@ async def test_the_snippet_starts_a_server_that_lists_the_tools_and_executes(
             async with contextlib.AsyncExitStack() as stack:
                 client = await stack.enter_async_context(_client(entry, env, stack))
                 listed = {tool.name for tool in (await client.list_tools()).tools}
-                assert listed == set(TOOLS)
+                assert listed == set(tool_set(_tool_set_of(entry)))
                 done = await ok(client, "python_repl", operation="execute", code="6 * 7")
                 assert done["result_repr"] == "42"
                 args = entry.get("args", [])

@@ -102,8 +102,13 @@ def test_null_for_an_argument_with_a_default_is_the_default() -> None:
 
 @pytest.mark.parametrize(
     "env",
-    [{"A": "1", "B": "2"}, [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]],
-    ids=["map", "pairs"],
+    [
+        {"A": "1", "B": "2"},
+        ["A=1", "B=2"],
+        [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+        ["A=1", {"name": "B", "value": "2"}],
+    ],
+    ids=["map", "assignments", "pairs", "both"],
 )
 def test_env_is_taken_as_name_value_pairs_or_as_a_map(env: Any) -> None:
     for tool_name in ("terminal", "process"):
@@ -119,7 +124,9 @@ def test_env_is_taken_as_name_value_pairs_or_as_a_map(env: Any) -> None:
         [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}],
         [{"name": "A"}],
         [{"name": "A", "value": 1}],
-        ["A=1"],
+        ["A"],
+        ["=1"],
+        ["A=1", "A=2"],
     ],
 )
 def test_env_pairs_that_do_not_make_a_map_are_refused(env: Any) -> None:
