@@ -5,11 +5,12 @@ kernel) applies them, so a cell written for it runs here too.
   ``leading_indent``), which an agent pasting a block out of a function relies on.
 - ``from IPython.display import display`` (and ``HTML``, ``Markdown``, ``Image``...) imports
   where the real IPython is not installed: a module of the worker's own whose ``display`` is the
-  worker's, made in ``sys.modules`` at start. An installed IPython is never shadowed, and
-  restricted mode refuses the import like any module off its list.
+  worker's, made when a cell imports it. An installed IPython is never shadowed, and restricted
+  mode refuses the import like any module off its list.
 """
 
 import base64
+import importlib.abc
 import importlib.util
 import sys
 import textwrap
@@ -65,25 +66,44 @@ class Image(_Shown):
         return self.data if bytes(self.data[:2]) == b"\xff\xd8" else None
 
 
+class _IPythonStandIn(importlib.abc.Loader):
+    """A finder and loader, last on ``sys.meta_path``, for ``IPython`` and ``IPython.display``:
+    reached only when no installed IPython answers, and only when a cell imports them, so
+    libraries that look for ``sys.modules["IPython"]`` (matplotlib, tqdm) see none until then."""
+
+    def __init__(self, display: Callable[..., None]) -> None:
+        self._display = display
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in ("IPython", "IPython.display"):
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=fullname == "IPython")
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        return None  # the default module
+
+    def exec_module(self, module: ModuleType) -> None:
+        if module.__name__ == "IPython":
+            module.__doc__ = "sandhold's stand-in for IPython's display API"
+            # Code that checks IPython's version (matplotlib) takes the current API's path.
+            module.version_info = (8, 24, 0)  # type: ignore[attr-defined]
+            module.get_ipython = lambda: None  # type: ignore[attr-defined]
+            module.display = importlib.import_module("IPython.display")  # type: ignore[attr-defined]
+            return
+        names = {
+            "display": self._display,
+            "HTML": _shown("HTML", "_repr_html_"),
+            "Markdown": _shown("Markdown", "_repr_markdown_"),
+            "SVG": _shown("SVG", "_repr_svg_"),
+            "Latex": _shown("Latex", "_repr_latex_"),
+            "JSON": _shown("JSON", "_repr_json_"),
+            "Image": Image,
+        }
+        for name, value in names.items():
+            setattr(module, name, value)
+
+
 def install_ipython_display(display: Callable[..., None]) -> None:
-    """``IPython`` and ``IPython.display`` in ``sys.modules``, unless IPython is installed."""
-    if "IPython" in sys.modules or importlib.util.find_spec("IPython") is not None:
-        return
-    package = ModuleType("IPython", "sandhold's stand-in for IPython's display API")
-    module = ModuleType("IPython.display", "display() and the shown types, as IPython's")
-    package.__path__ = []
-    names = {
-        "display": display,
-        "HTML": _shown("HTML", "_repr_html_"),
-        "Markdown": _shown("Markdown", "_repr_markdown_"),
-        "SVG": _shown("SVG", "_repr_svg_"),
-        "Latex": _shown("Latex", "_repr_latex_"),
-        "JSON": _shown("JSON", "_repr_json_"),
-        "Image": Image,
-    }
-    for name, value in names.items():
-        setattr(module, name, value)
-    package.display = module  # type: ignore[attr-defined]
-    package.get_ipython = lambda: None  # type: ignore[attr-defined]
-    sys.modules["IPython"] = package
-    sys.modules["IPython.display"] = module
+    """``IPython.display`` importable through the stand-in, unless IPython is installed."""
+    if importlib.util.find_spec("IPython") is None:
+        sys.meta_path.append(_IPythonStandIn(display))

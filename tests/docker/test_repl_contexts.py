@@ -14,6 +14,7 @@ import pytest
 from orchestrator._api import Orchestrator
 from orchestrator.images import ImageBuildResult
 from orchestrator.session.repl.contexts import MAX_CONTEXTS
+from orchestrator.session.repl.interpreter import IDLE_PROBE_AFTER
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -188,3 +189,48 @@ async def test_bad_context_arguments_are_refused(orch: Orchestrator) -> None:
     assert default["error_type"] == "invalid_argument"
     no_session = await repl(orch, operation="execute", context="bash", code="echo")
     assert no_session["error_type"] == "invalid_argument"
+
+
+async def test_a_kernel_killed_between_cells_restarts_on_the_next_one(orch: Orchestrator) -> None:
+    sid = await session(orch)
+    await repl(orch, operation="execute", session_id=sid, context="bash", code="K=1; echo $$")
+    pid = await repl(orch, operation="execute", session_id=sid, context="bash", code="echo $PPID")
+    killed = await repl(
+        orch,
+        operation="execute",
+        session_id=sid,
+        code=f"import os\nos.kill({pid['stdout'].strip()}, 9)",
+    )
+    assert killed["success"], killed
+    fresh = await repl(orch, operation="execute", session_id=sid, context="bash", code="echo [$K]")
+    assert fresh["success"] and fresh["state_reset"] is True and fresh["stdout"] == "[]\n", fresh
+    after = await repl(orch, operation="execute", session_id=sid, context="bash", code="echo ok")
+    assert after["state_reset"] is False
+
+
+async def test_the_cell_after_an_exit_runs_in_a_fresh_shell(orch: Orchestrator) -> None:
+    sid = await session(orch)
+    ended = await repl(
+        orch, operation="execute", session_id=sid, context="bash", code="K=1; exit 3"
+    )
+    assert ended["error_type"] == "ExitCode" and not ended["state_reset"]
+    fresh = await repl(orch, operation="execute", session_id=sid, context="bash", code="echo [$K]")
+    assert fresh["success"] and fresh["state_reset"] is True and fresh["stdout"] == "[]\n"
+
+
+async def test_a_python_worker_killed_while_idle_is_replaced_on_the_next_cell(
+    orch: Orchestrator,
+) -> None:
+    sid = await session(orch)
+    pid = (await repl(orch, operation="execute", session_id=sid, code="import os\nos.getpid()"))[
+        "result_repr"
+    ]
+    killed = await repl(
+        orch, operation="execute", session_id=sid, context="bash", code=f"kill -9 {pid}"
+    )
+    assert killed["success"], killed
+    # The rule under test is about idle time: a worker is looked at once idle this long.
+    await anyio.sleep(IDLE_PROBE_AFTER)
+    fresh = await repl(orch, operation="execute", session_id=sid, code="'x' in globals()")
+    assert fresh["success"] and fresh["state_reset"] is True, fresh
+    assert fresh["result_repr"] == "False"

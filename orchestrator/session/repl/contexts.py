@@ -32,7 +32,7 @@ from orchestrator.errors import (
 )
 from orchestrator.policy.model import Policy
 from orchestrator.session.history import CodeHistory
-from orchestrator.session.repl.interpreter import Repl
+from orchestrator.session.repl.interpreter import IDLE_PROBE_AFTER, Repl
 from orchestrator.session.repl.worker_process import WORKER_ARGV
 
 __all__ = [
@@ -134,7 +134,8 @@ class ReplContexts:
         found = self._contexts.get(context_id) if isinstance(context_id, str) else None
         if found is None:
             raise InvalidArgumentError(
-                f"no context {repr(context_id)[:80]} in this session",
+                f"no context {repr(context_id)[:80]} in this session, and no language of that "
+                f"name (languages: {', '.join(LANGUAGES)})",
                 hint="list_contexts shows the session's contexts",
             )
         return found
@@ -166,8 +167,15 @@ class ReplContexts:
         argv = LANGUAGES[name]
         if directory is not None:
             argv = (*CWD_LAUNCHER, directory, *argv)
+        # A kernel ends itself when its language's process does (``exit`` in bash): looked at
+        # before every cell, so the cell after an ``exit`` runs in a fresh one.
         repl = Repl(
-            self._backend, self._container_id, self._policy, worker_argv=argv, persist=False
+            self._backend,
+            self._container_id,
+            self._policy,
+            worker_argv=argv,
+            persist=False,
+            probe_after=IDLE_PROBE_AFTER if name == "python" else 0.0,
         )
         await repl.set_env(env)
         try:

@@ -75,6 +75,10 @@ ADOPT_READY_TIMEOUTS = (2.0, 10.0)
 # A cell running longer than this has its container looked at every WATCH_INTERVAL.
 WATCH_AFTER = 1.0
 WATCH_INTERVAL = 1.0
+# A worker idle this long is pinged before a cell is sent to it: one killed meanwhile is
+# replaced, and the cell runs in the fresh one with ``state_reset``. Cells sent back to back
+# skip the ping (half a millisecond of theirs).
+IDLE_PROBE_AFTER = 1.0
 # Introspection replies are small and fast; a worker that needs longer is stuck.
 QUICK_OP_TIMEOUT = 10.0
 # numpy, pandas, matplotlib and scipy import in a few seconds from a cold page cache.
@@ -164,10 +168,12 @@ class Repl:
         adopt_pid: int | None = None,
         on_new_worker: Callable[[int], None] | None = None,
         persist: bool = True,
+        probe_after: float = IDLE_PROBE_AFTER,
     ) -> None:
         self._backend = backend
         # A persistent worker outlives its stream for the next orchestrator to re-adopt.
         self._persist = persist
+        self._probe_after = probe_after
         self._container_id = container_id
         self._policy = policy
         self._worker_argv = worker_argv
@@ -260,6 +266,8 @@ class Repl:
         if len(code.encode("utf-8", "surrogatepass")) > limit:
             return _validation_failure(f"code is longer than the policy's {limit} bytes")
         worker = await self._ensure_worker()
+        if time.monotonic() - worker.answered_at >= self._probe_after:
+            worker = await self._alive(worker)
         cell = self._cell = _Cell(worker, time.monotonic())
         try:
             return await self._execute(code, cell, timeout=timeout, env=env, on_output=on_output)
@@ -311,6 +319,22 @@ class Repl:
         except BackendUnavailableError:
             await self._lose_stream(worker)
             raise
+
+    async def _alive(self, worker: WorkerProcess) -> WorkerProcess:
+        """``worker`` if it answers a ping; else (killed while idle) a fresh one, the state lost
+        and the next cell told so."""
+        try:
+            with anyio.fail_after(QUICK_OP_TIMEOUT):
+                reply = await worker.request("ping")
+            if reply.ok:
+                return worker
+        except BackendUnavailableError:
+            await self._lose_stream(worker)
+            raise
+        except (WorkerExited, ProtocolViolation, TimeoutError):
+            pass
+        await self._discard(worker)
+        return await self._ensure_worker()
 
     async def _reply_within(
         self,

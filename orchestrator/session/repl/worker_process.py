@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -78,6 +79,8 @@ class WorkerProcess:
         self._streaming: set[str] = set()
         self.pid = 0
         self.alive = True
+        # When the worker last answered (monotonic): how long it has been idle since.
+        self.answered_at = time.monotonic()
 
     @property
     def exec_id(self) -> str:
@@ -210,6 +213,7 @@ class WorkerProcess:
             if frame.id == request_id:
                 self._unanswered.discard(request_id)
                 self._streaming.discard(request_id)
+                self.answered_at = time.monotonic()
                 return frame
             if frame.id is None or frame.id not in self._unanswered:
                 raise ProtocolViolation(f"reply for {frame.id!r} while waiting for {request_id!r}")
