@@ -7,15 +7,18 @@ itself failed (``CALL_FAILURES``), never for what user code did (docs/tool-contr
 
 Public API:
 
-- ``build_mcp_server(orchestrator, *, tenant)``: the SDK's low-level ``Server``.
-- ``serve_stdio(orchestrator, *, tenant="local")``: serve one client on stdin/stdout until EOF
-  (``run_stdio(server)`` does it for any server, the forwarding front of ``mcp_forward`` too).
+- ``build_mcp_server(orchestrator, *, tenant, tools="all")``: the SDK's low-level ``Server``,
+  listing the tool set ``tools`` (``orchestrator.tools.tool_set``: ``all``, or ``agent``, the
+  compact set); a call reaches the whole tool whatever the set lists.
+- ``serve_stdio(orchestrator, *, tenant="local", tools="all")``: serve one client on
+  stdin/stdout until EOF (``run_stdio(server)`` does it for any server).
   Stdin is read only once readable, never in a thread a cancel must wait for, so a signal
   handler can stop it while the client still holds the pipe open.
 - ``streamable_http_app(orchestrator, *, tenant, host=...)``: a ``McpHttpApp``, an ASGI app that
-  serves the MCP endpoint on whatever path routes to it, plus ``run()``, the lifespan that must be
-  entered around serving (once per app). The HTTP layer mounts it at ``/mcp`` as a route, not a
-  ``Mount`` (a Mount would answer ``/mcp`` with a redirect to ``/mcp/``)::
+  serves the MCP endpoint on whatever path routes to it (``?tools=agent`` lists the agent set),
+  plus ``run()``, the lifespan that must be entered around serving (once per app). The HTTP
+  layer mounts it at ``/mcp`` as a route, not a ``Mount`` (a Mount would answer ``/mcp`` with a
+  redirect to ``/mcp/``)::
 
       mcp = streamable_http_app(orchestrator, tenant=tenant_of_request)
 
