@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from orchestrator.images.listing import TemplateRow
     from orchestrator.images.prune import PruneResult
 
-__all__ = ["with_image"]
+__all__ = ["build_progress", "with_image"]
 
 # A log line wider than this would wrap and make the live display jump.
 MAX_LOG_CHARS = 90
@@ -85,7 +85,7 @@ def image_build(
 ) -> None:
     """Build the worker image (and its base when needed), or a template on top of it; prints
     the image tag."""
-    with reported_errors(), _build_progress() as progress:
+    with reported_errors(), build_progress() as progress:
         result = anyio.run(_ensure_image, base_image, suite, progress)
         tag = result.tag
         if template != "base":
@@ -156,7 +156,7 @@ async def _prune(dry_run: bool) -> PruneResult:
 
 
 @contextlib.contextmanager
-def _build_progress() -> Iterator[BuildProgress]:
+def build_progress() -> Iterator[BuildProgress]:
     """A live display on a terminal; one line per finished step in a log (CI, a pipe)."""
     if not stderr.is_terminal:
         yield PlainBuildProgress()

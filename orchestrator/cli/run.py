@@ -9,6 +9,7 @@ import json
 import secrets
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -76,9 +77,20 @@ def _orchestrator() -> Orchestrator:
 
 
 async def _run_once(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    async with _orchestrator() as orchestrator:
+    async with _orchestrator() as orchestrator, _showing_builds():
         result = await until_terminated(orchestrator.call(tool, arguments))
         return result.structured
+
+
+@contextlib.asynccontextmanager
+async def _showing_builds() -> AsyncIterator[None]:
+    """An image the call builds first (a template's on its first use) shows its steps on
+    stderr, a live display on a terminal, as ``sandhold image build`` shows them."""
+    from orchestrator.cli.image import build_progress
+    from orchestrator.images.progress import watching_builds
+
+    with build_progress() as progress, watching_builds(progress):
+        yield
 
 
 async def _run_command(arguments: dict[str, Any], timeout: float | None) -> dict[str, Any]:
@@ -88,7 +100,8 @@ async def _run_command(arguments: dict[str, Any], timeout: float | None) -> dict
 
         async def until_exit() -> dict[str, Any]:
             start = {"operation": "start", "use_pty": False, "yield_time_ms": 0, **arguments}
-            result = (await orchestrator.call("terminal", start)).structured
+            async with _showing_builds():  # only while the session is made: output follows
+                result = (await orchestrator.call("terminal", start)).structured
             while result["success"]:
                 sys.stdout.write(result.get("output", ""))
                 sys.stdout.flush()

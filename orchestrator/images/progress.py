@@ -1,12 +1,22 @@
 """How an image build reports what it is doing. The CLI shows it with rich; library callers that
-do not care get ``NullProgress``. Methods are called from the event loop thread only."""
+do not care get ``NullProgress``. Methods are called from the event loop thread only.
+
+A build a session sets off (a template's image made on its first use) logs its steps
+(``LoggingProgress``), and reports them to whoever waits for that session too: the caller wraps
+its call in ``watching_builds(progress)`` (``sandhold run``'s progress display, an MCP call's
+progress notifications), and the image source reports to ``watched(...)``, which adds the
+watcher of the calling context, if any (a context variable, so each call sees only its own).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Protocol
 
-__all__ = ["BuildProgress", "LoggingProgress", "NullProgress"]
+__all__ = ["BuildProgress", "LoggingProgress", "NullProgress", "watched", "watching_builds"]
 
 
 class BuildProgress(Protocol):
@@ -51,3 +61,40 @@ class LoggingProgress:
 
     def done(self, name: str) -> None:
         self._log.info("%s: %s done", self._what, name)
+
+
+_watcher: ContextVar[BuildProgress | None] = ContextVar("sandhold_build_watcher", default=None)
+
+
+@contextlib.contextmanager
+def watching_builds(progress: BuildProgress) -> Iterator[None]:
+    """Image builds set off in this context (and the tasks it starts) report to ``progress``
+    too."""
+    token = _watcher.set(progress)
+    try:
+        yield
+    finally:
+        _watcher.reset(token)
+
+
+def watched(progress: BuildProgress) -> BuildProgress:
+    """``progress``, and the watcher of the calling context when there is one."""
+    watcher = _watcher.get()
+    return progress if watcher is None else _Both(progress, watcher)
+
+
+class _Both:
+    def __init__(self, first: BuildProgress, second: BuildProgress) -> None:
+        self._parts = (first, second)
+
+    def step(self, name: str) -> None:
+        for part in self._parts:
+            part.step(name)
+
+    def log(self, line: str) -> None:
+        for part in self._parts:
+            part.log(line)
+
+    def done(self, name: str) -> None:
+        for part in self._parts:
+            part.done(name)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from orchestrator.backend.docker import DockerClient
 from orchestrator.images.build import ensure_worker_image
-from orchestrator.images.progress import LoggingProgress
+from orchestrator.images.progress import LoggingProgress, watched
 from orchestrator.images.template_build import ensure_template_image
 from orchestrator.images.templates import BASE, TemplateCatalog
 from orchestrator.images.worker import image_exists
@@ -38,7 +38,8 @@ class DockerImageSource:
     async def image_for(self, template: str) -> str:
         if template == BASE:
             if self._base is None:
-                self._base = (await ensure_worker_image(self._client)).tag
+                progress = watched(LoggingProgress(log, "worker image"))
+                self._base = (await ensure_worker_image(self._client, progress=progress)).tag
             return self._base
         catalog = self._catalog()
         catalog.get(template)  # an unknown name says so before anything is built
@@ -47,7 +48,7 @@ class DockerImageSource:
             catalog,
             template,
             base_tag=await self.image_for(BASE),
-            progress=LoggingProgress(log, f"template {template}"),
+            progress=watched(LoggingProgress(log, f"template {template}")),
         )
         return built.tag
 

@@ -47,6 +47,7 @@ __all__ = [
     "LABEL_TEMPLATE",
     "TemplateImage",
     "ensure_template_image",
+    "first_use_notice",
     "image_identity",
     "template_hashes",
     "template_tag",
@@ -57,6 +58,11 @@ LABEL_TEMPLATE = "sandhold.template"
 TEMPLATE_BUILD_TIMEOUT = 1800.0
 TEMPLATE_LOCK_TIMEOUT = TEMPLATE_BUILD_TIMEOUT + 60.0
 ENV_MARKER = "#ENV-LINES"
+# What a first use is told before a template's one-time build: python-data (about 40 pins)
+# took 85 s on 2 cores with nothing cached (issue 32), about 2 s a pin; a Dockerfile template
+# is at least a container's build.
+BUILD_SECONDS_PER_PIN = 2.0
+MIN_BUILD_ESTIMATE_S = 15.0
 STEP_PARENT = "parent image"
 STEP_WHEELS = "template wheels"
 STEP_IMAGE = "template image"
@@ -195,6 +201,9 @@ async def _ensure_one(
     ):
         if await image_is_current(client, tag, digest):
             return TemplateImage(template.name, tag, digest, built=False)
+        announce = first_use_notice(template)
+        progress.step(announce)
+        progress.done(announce)
         await _build(client, template, parent, tag, digest, dockerfile, files, progress)
     progress.log(f"{tag} built")
     return TemplateImage(template.name, tag, digest, built=True)
@@ -236,6 +245,16 @@ async def _build(
     if not await image_is_current(client, tag, digest):
         raise ImageError(f"the build of {tag} ended without producing it")
     progress.done(STEP_IMAGE)
+
+
+def first_use_notice(template: Template) -> str:
+    """What is said before a template's image is built: that it happens once, and how long."""
+    seconds = max(MIN_BUILD_ESTIMATE_S, BUILD_SECONDS_PER_PIN * len(template.pins))
+    about = f"{round(seconds / 60)} min" if seconds >= 90 else f"{round(seconds, -1):.0f} s"
+    return (
+        f"one-time build of template {template.name}: about {about}; "
+        "later sessions start at once"
+    )
 
 
 def _with_pip(template: Template) -> tuple[Pin, ...]:

@@ -139,7 +139,8 @@ async def _pip_download(
         "--python-version", target.version, *platforms,
         "--dest", str(staging), "-r", str(lock),
     ]  # fmt: skip
-    outcome = await run_tool(argv, progress=progress, timeout=DOWNLOAD_TIMEOUT)
+    tally = DownloadTally(progress, len(pins))
+    outcome = await run_tool(argv, progress=tally, timeout=DOWNLOAD_TIMEOUT)
     await anyio.to_thread.run_sync(lambda: lock.unlink(missing_ok=True))
     if outcome.returncode != 0:
         raise ImageError(
@@ -147,4 +148,41 @@ async def _pip_download(
             f"{target.machine}: {outcome.describe()}",
             hint="the lock must list a wheel of every pin for this Python and platform, and "
             "pip needs its package index reachable",
+        )
+
+
+# pip's line for each file it fetches: "Downloading numpy-2.1.3-...whl (16.3 MB)".
+_DOWNLOADING = re.compile(r"Downloading (\S+?)(?: \(([\d.]+) (B|kB|KB|MB|GB)\))?\s*$")
+_UNITS = {"B": 1, "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
+
+
+class DownloadTally:
+    """The progress of a ``pip download``, with each file pip starts to fetch told as a running
+    count: ``3 of 40 wheels, 48.1 MB: numpy-2.1.3-...whl``. Other lines pass unchanged."""
+
+    def __init__(self, progress: BuildProgress, total_files: int) -> None:
+        self._progress = progress
+        self._total = total_files
+        self.files = 0
+        self.bytes = 0
+
+    def step(self, name: str) -> None:
+        self._progress.step(name)
+
+    def done(self, name: str) -> None:
+        self._progress.done(name)
+
+    def log(self, line: str) -> None:
+        found = _DOWNLOADING.search(line.strip())
+        if found is None:
+            self._progress.log(line)
+            return
+        name, size, unit = found.groups()
+        self.files += 1
+        if size is not None:
+            self.bytes += int(float(size) * _UNITS[unit])
+        megabytes = self.bytes / 1000**2
+        filename = name.rsplit("/", 1)[-1]
+        self._progress.log(
+            f"{self.files} of {self._total} wheels, {megabytes:.1f} MB downloaded: {filename}"
         )

@@ -3,6 +3,9 @@ notifications when the client sent a progress token (each one's message is the n
 output, stdout and stderr in the order they came), else log notifications whose data is
 ``{"stream", "text"}`` (logger ``sandhold.stdout`` or ``sandhold.stderr``). The call's result
 holds all of the output either way; notifications are a preview a client may show as it comes.
+An image build the call sets off (a template's first use) is told the same way, on the stream
+``build`` (logger ``sandhold.build``): that a one-time build starts and about how long it takes,
+then each step and what it downloads.
 
 The orchestrator hands output over from its read of the worker's stream, where nothing may
 block, so it goes through a bounded queue to a task that sends; when the client reads slower
@@ -59,6 +62,18 @@ class OutputRelay:
 
     def stdout(self, text: str) -> None:
         self._put("stdout", text)
+
+    # A build the call set off (a template's image on first use), as ``images.BuildProgress``:
+    # each step and line goes out as output does, on the stream ``build``.
+
+    def step(self, name: str) -> None:
+        self._put("build", f"{name}\n")
+
+    def log(self, line: str) -> None:
+        self._put("build", f"  {line}\n")
+
+    def done(self, name: str) -> None:
+        self._put("build", f"{name}: done\n")
 
     def stderr(self, text: str) -> None:
         self._put("stderr", text)

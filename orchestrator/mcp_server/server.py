@@ -169,15 +169,20 @@ def build_mcp_server(
         # Omitted arguments are an empty object: the tool layer then names the missing operation.
         arguments = params.arguments or {}
         token = (ctx.meta or {}).get("progress_token")
+        # Imported with the orchestrator by now; not at the top: ``sandhold mcp`` answers the
+        # handshake before the image builder is imported.
+        from orchestrator.images.progress import watching_builds
+
         async with OutputRelay.running(ctx.session, ctx.request_id, token) as relay:
-            result = await orchestrator.call(
-                params.name,
-                arguments,
-                tenant=caller,
-                task=task,
-                on_stdout=relay.stdout,
-                on_stderr=relay.stderr,
-            )
+            with watching_builds(relay):  # a template built on first use says so, as it goes
+                result = await orchestrator.call(
+                    params.name,
+                    arguments,
+                    tenant=caller,
+                    task=task,
+                    on_stdout=relay.stdout,
+                    on_stderr=relay.stderr,
+                )
         if params.name not in TOOLS:  # called all the same, so the audit log records it
             raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
         return types.CallToolResult(
