@@ -23,6 +23,7 @@ change, codes may not.
     ├── ExecutionError                     internal
     │   └── ProcessCrashedError            process_crashed
     ├── AuditLogError                      internal
+    ├── StorageFullError                   storage_full
     ├── ImageError                         internal
     │   ├── ImageToolMissingError          invalid_argument
     │   └── TemplateNotBuiltError          template_not_built
@@ -63,6 +64,7 @@ __all__ = [
     "SessionLostError",
     "SessionNotFoundError",
     "SettingsFileError",
+    "StorageFullError",
     "TemplateFileError",
     "TemplateNotBuiltError",
     "TenantsFileError",
@@ -86,6 +88,7 @@ ERROR_TYPES: Final = (
     "backend_unavailable",
     "unknown_template",
     "template_not_built",
+    "storage_full",
     "path_not_found",
     "internal",
 )
@@ -250,6 +253,14 @@ class ProcessCrashedError(ExecutionError):
 
 class AuditLogError(OrchestratorError):
     """The audit log cannot be opened or written: in use, closed, unreadable or disk failing."""
+
+
+class StorageFullError(OrchestratorError):
+    """sandhold's own data directory (registry, audit log) refused a write: its disk is full or
+    failing; names the file. Nothing of the call was kept; it may be made again once there is
+    room."""
+
+    code = "storage_full"
 
 
 class ImageError(OrchestratorError):

@@ -385,7 +385,11 @@ class SessionManager:
             raise
         session.task = current_task()
         self._apply_tenant_caps(session)
-        self._table.add(session)
+        try:
+            self._table.add(session)
+        except BaseException:  # its row refused (a full disk): the container must not stay
+            await session.aclose(self.backend)
+            raise
         return session
 
     async def _cap_egress(self, session: Session, tenant: str) -> None:

@@ -9,15 +9,18 @@ just before its container is removed.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from orchestrator._core.lifecycle import EndedSessions
 from orchestrator._core.owners import Grants, current_task, may_see
-from orchestrator.errors import SessionLostError, SessionNotFoundError
+from orchestrator.errors import SessionLostError, SessionNotFoundError, StorageFullError
 from orchestrator.policy.arguments import check_id, check_session_id
 from orchestrator.registry.store import Registry, SessionRecord
 from orchestrator.session.history import HistoryEntry
 from orchestrator.session.session import Session
+
+log = logging.getLogger(__name__)
 
 TERMINAL = "terminal"
 PROCESS = "process"
@@ -72,7 +75,12 @@ class SessionTable:
         for key in gone:
             del self._items[key]
         self.grants.forget_terminals({item for kind, item in gone if kind == TERMINAL})
-        self.store.remove_session(session.id)
+        try:
+            self.store.remove_session(session.id)
+        except StorageFullError as exc:
+            # The session ends whatever the disk says (its container goes next); the row left
+            # behind names a container that will be gone, which the next start forgets.
+            log.error("session %s: its registry row stays: %s", session.id, exc)
         return True
 
     def record_lost(self, record: SessionRecord, cause: str) -> None:
@@ -119,7 +127,10 @@ class SessionTable:
 
     def remember(self, kind: str, item_id: str, session: Session) -> None:
         self._items[(kind, item_id)] = session.id
-        self.store.add_item(kind, item_id, session.id)
+        try:
+            self.store.add_item(kind, item_id, session.id)
+        except StorageFullError as exc:  # it started: only a restart would miss its row
+            log.error("session %s: %s %s not in the registry: %s", session.id, kind, item_id, exc)
 
     def holder(self, kind: str, item_id: Any, tenant: str, action: str | None) -> Session:
         """The session holding ``item_id`` if the caller owns it, or (for a terminal) holds a
@@ -146,7 +157,11 @@ class SessionTable:
     # -- code history ----------------------------------------------------------------------
 
     def record_history(self, session: Session, entry: HistoryEntry) -> None:
-        self.store.add_history(session.id, entry, keep=session.policy.python.max_history)
+        """Best effort: the cell has run, and its answer matters more than its history row."""
+        try:
+            self.store.add_history(session.id, entry, keep=session.policy.python.max_history)
+        except StorageFullError as exc:
+            log.error("session %s: a cell not kept in its history: %s", session.id, exc)
 
     def clear_history(self, session: Session) -> None:
         self.store.clear_history(session.id)

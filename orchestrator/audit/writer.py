@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +39,8 @@ from orchestrator.audit.records import (
     segment_name,
 )
 from orchestrator.errors import AuditLogError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MAX_SEGMENT_BYTES", "TAIL_CHUNK", "AuditConfig", "SegmentWriter"]
 
@@ -132,11 +135,15 @@ class SegmentWriter:
         for _, earlier in reversed(segments[:-1]):  # only after a crash left no complete line
             if last is not None:
                 break
-            (last, _), source = _read_tail(earlier), earlier
+            (last, earlier_torn), source = _read_tail(earlier), earlier
+            torn = torn or earlier_torn
         if last is not None:
             self._restore(last, source)
         if torn is not None:
-            self._start_segment(number + 1, {"reason": "torn_tail", "torn": torn.to_json()})
+            # A last segment left empty (its header failed, as on a full disk) is the next one.
+            reuse = source != path and path.stat().st_size == 0
+            header = {"reason": "torn_tail", "torn": torn.to_json()}
+            self._start_segment(number if reuse else number + 1, header, reuse=reuse)
         elif last is None or source != path:  # created, then a crash before its first record
             self._start_segment(number, {"reason": "new" if number == 1 else "rotate"}, reuse=True)
         else:
@@ -158,14 +165,30 @@ class SegmentWriter:
         self.has_calls = record.get("kind") != "segment"
 
     def append_call(self, *, arguments: Any, **call: Any) -> dict[str, Any]:
-        """Append one call record; returns the record written (without its hash)."""
-        if self.failed is not None:
-            raise AuditLogError("the audit log stopped after a failed write; reopen it")
+        """Append one call record; returns the record written (without its hash). After a
+        failed write (a full disk) the chain is taken up again first, as a restart would."""
         try:
+            if self.failed is not None:
+                self._recover()
             return self._append_call(arguments, call)
         except OSError as exc:
             self.failed = exc
-            raise AuditLogError(f"cannot write the audit log: {exc}") from exc
+            raise AuditLogError(f"cannot write the audit log in {self.directory}: {exc}") from exc
+
+    def _recover(self) -> None:
+        """Continue the chain after a failed write: from the last complete record on disk, in
+        a new segment naming the partial line the failure may have left (``resume``)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.unsynced = 0
+        torn = self.resume()
+        self.failed = None
+        if torn is not None:
+            log.warning(
+                "audit log: a failed write left a partial record in %s; continuing in %s",
+                torn.segment, segment_name(self.number),
+            )  # fmt: skip
 
     def _append_call(self, arguments: Any, call: dict[str, Any]) -> dict[str, Any]:
         canonical = canonical_arguments(redacted_arguments(arguments))

@@ -193,6 +193,7 @@ _SANDHOLD_ERRORS = frozenset(
         "policy",
         "busy",
         "backend_unavailable",
+        "storage_full",
         "internal",
     }
 )

@@ -30,6 +30,7 @@ _STATUS: Final = {
     "template_not_built": 400,
     "session_not_found": 404,
     "session_lost": 404,
+    "storage_full": 507,
     "policy": 403,
     "quota_exceeded": 429,
     "rate_limited": 429,

@@ -53,6 +53,8 @@ STATUS_BY_ERROR_TYPE: Final[Mapping[str, int]] = {
     "internal": 500,
     "backend_unavailable": 503,
     "template_not_built": 503,
+    # Insufficient Storage: the server's own data directory is full.
+    "storage_full": 507,
 }
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.errors import RegistryError
+from orchestrator.errors import RegistryError, StorageFullError
 from orchestrator.session.history import HistoryEntry
 
 __all__ = [
@@ -142,14 +142,27 @@ class Registry:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; a disk that refuses it (full, failing) is ``StorageFullError``
+        naming the file, and the file is left as it was (SQLite rolls the transaction back)."""
         db = self.db
-        db.execute("BEGIN IMMEDIATE")
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:  # SQLite ends some failed transactions itself
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if _refused_by_disk(exc):
+                raise StorageFullError(
+                    f"{self.path}: the registry's disk refused a write ({exc})",
+                    hint="free space in sandhold's data directory",
+                ) from exc
             raise
-        db.execute("COMMIT")
 
     def orchestrator_id(self, wanted: str | None, new_id: str) -> str:
         """The id on this orchestrator's containers: the registry's, made once (``new_id``) and
@@ -181,6 +194,8 @@ class Registry:
                     (repr(time.time()),),
                 )
         except sqlite3.Error as exc:
+            raise RegistryError(f"{self.path}: cannot write to the registry: {exc}") from None
+        except StorageFullError as exc:
             raise RegistryError(f"{self.path}: cannot write to the registry: {exc}") from None
 
     def stored_orchestrator_id(self) -> str | None:
@@ -315,6 +330,17 @@ def read_owners(path: Path) -> dict[str, tuple[str, str | None]]:
     except sqlite3.Error as exc:
         raise RegistryError(f"{path}: cannot read the registry: {exc}") from None
     return {r[0]: (r[1], r[2]) for r in rows}
+
+
+# SQLite's primary result codes for a write its disk refused (the low byte of an extended code).
+_DISK_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
+
+
+def _refused_by_disk(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _DISK_CODES
+    return "disk" in str(exc)
 
 
 def _env(env_json: str | None) -> dict[str, str]:

@@ -51,6 +51,7 @@ CALL_FAILURES: Final = frozenset(
         "backend_unavailable",
         "unknown_template",
         "template_not_built",
+        "storage_full",
         "internal",
         "unauthenticated",
     }
