@@ -58,10 +58,10 @@ LABEL_TEMPLATE = "sandhold.template"
 TEMPLATE_BUILD_TIMEOUT = 1800.0
 TEMPLATE_LOCK_TIMEOUT = TEMPLATE_BUILD_TIMEOUT + 60.0
 ENV_MARKER = "#ENV-LINES"
-# What a first use is told before a template's one-time build: python-data (about 40 pins)
-# took 85 s on 2 cores with nothing cached (issue 32), about 2 s a pin; a Dockerfile template
-# is at least a container's build.
-BUILD_SECONDS_PER_PIN = 2.0
+# What a first use is told before a template's one-time build: python-data (13 pins, ~100 MB
+# of wheels) took 85 s on 2 cores with nothing cached (issue 32), 6.5 s a pin; a Dockerfile
+# template is at least a container's build.
+BUILD_SECONDS_PER_PIN = 6.5
 MIN_BUILD_ESTIMATE_S = 15.0
 STEP_PARENT = "parent image"
 STEP_WHEELS = "template wheels"
@@ -250,10 +250,9 @@ async def _build(
 def first_use_notice(template: Template) -> str:
     """What is said before a template's image is built: that it happens once, and how long."""
     seconds = max(MIN_BUILD_ESTIMATE_S, BUILD_SECONDS_PER_PIN * len(template.pins))
-    about = f"{round(seconds / 60)} min" if seconds >= 90 else f"{round(seconds, -1):.0f} s"
+    about = f"{seconds / 60:.1f} min" if seconds >= 60 else f"{round(seconds, -1):.0f} s"
     return (
-        f"one-time build of template {template.name}: about {about}; "
-        "later sessions start at once"
+        f"one-time build of template {template.name}: about {about}; later sessions start at once"
     )
 
 
