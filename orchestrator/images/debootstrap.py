@@ -1,6 +1,6 @@
-"""Building ``sandhold-base:<suite>`` without a registry: debootstrap a minimal Debian root file
-system (minbase + python3) from the mirror in this machine's own apt sources, strip apt's caches,
-tar it with numeric owners and import the tar into the engine.
+"""Building ``sandhold-base:<suite>-<packages>`` without a registry: debootstrap a minimal Debian
+root file system (minbase + ``BASE_PACKAGES``) from the mirror in this machine's own apt sources,
+strip apt's caches, tar it with numeric owners and import the tar into the engine.
 
 Invariant: the work directory is removed on every path, and never while anything is still mounted
 below it (debootstrap mounts /proc, /sys and may bind /dev into the target; deleting through such a
@@ -25,6 +25,7 @@ from orchestrator.images.progress import BuildProgress
 from orchestrator.images.sources import find_mirror
 
 __all__ = [
+    "BASE_PACKAGES",
     "DEBOOTSTRAP_TIMEOUT",
     "base_tag",
     "build_base_image",
@@ -35,9 +36,13 @@ __all__ = [
 ]
 
 BASE_REPOSITORY = "sandhold-base"
+# What debootstrap adds to minbase: the worker's interpreter, and git (E2B's SDK runs git in the
+# sandbox for its git helpers). The tag names them, so a base made with another set is not
+# taken for this one.
+BASE_PACKAGES = ("python3", "git")
 # A Debian codename doubles as a Docker tag; nothing else may reach debootstrap's argv.
 SUITE_PATTERN = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
-# minbase + python3 is ~100 packages: minutes on a slow mirror, never an hour.
+# minbase + python3 + git is ~120 packages: minutes on a slow mirror, never an hour.
 DEBOOTSTRAP_TIMEOUT = 1800.0
 # Tarring ~200 MB of local files.
 TAR_TIMEOUT = 300.0
@@ -53,7 +58,11 @@ _STRIP_GLOBS = (
 
 
 def base_tag(suite: str) -> str:
-    return f"{BASE_REPOSITORY}:{suite}"
+    return f"{BASE_REPOSITORY}:{_tag_of(suite)}"
+
+
+def _tag_of(suite: str) -> str:
+    return "-".join((suite, *BASE_PACKAGES))
 
 
 def default_suite(os_release: Path = Path("/etc/os-release")) -> str:
@@ -102,8 +111,7 @@ def require_debootstrap() -> str:
 
 
 async def build_base_image(client: DockerClient, *, suite: str, progress: BuildProgress) -> str:
-    """Bootstrap ``suite`` and import it as ``sandhold-base:<suite>``; returns the new image's
-    id."""
+    """Bootstrap ``suite`` and import it as ``base_tag(suite)``; returns the new image's id."""
     tool = require_debootstrap()
     mirror = await anyio.to_thread.run_sync(find_mirror, suite)
     if mirror is None:
@@ -111,7 +119,8 @@ async def build_base_image(client: DockerClient, *, suite: str, progress: BuildP
             f"no apt source of this machine serves {suite!r} over a transport debootstrap can use",
             hint="add a `deb` entry to /etc/apt/sources.list, or pass --base-image",
         )
-    progress.log(f"debootstrap {suite} (minbase + python3) from this host's apt mirror")
+    packages = " + ".join(BASE_PACKAGES)
+    progress.log(f"debootstrap {suite} (minbase + {packages}) from this host's apt mirror")
     workdir = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, None, "sandhold-base-"))
     try:
         return await _bootstrap_and_import(client, tool, suite, mirror, workdir, progress)
@@ -131,7 +140,8 @@ async def _bootstrap_and_import(
     progress: BuildProgress,
 ) -> str:
     rootfs, tarball = workdir / "rootfs", workdir / "rootfs.tar"
-    argv = [tool, "--variant=minbase", "--include=python3", suite, str(rootfs), mirror]
+    include = "--include=" + ",".join(BASE_PACKAGES)
+    argv = [tool, "--variant=minbase", include, suite, str(rootfs), mirror]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
     outcome = await run_tool(argv, progress=progress, timeout=DEBOOTSTRAP_TIMEOUT, env=env)
     if outcome.returncode != 0:
@@ -150,7 +160,7 @@ async def _bootstrap_and_import(
     ]
     await client.call(
         lambda sdk: sdk.api.import_image_from_file(
-            str(tarball), repository=BASE_REPOSITORY, tag=suite, changes=changes
+            str(tarball), repository=BASE_REPOSITORY, tag=_tag_of(suite), changes=changes
         )
     )
     image = await client.call(lambda sdk: sdk.images.get(base_tag(suite)))

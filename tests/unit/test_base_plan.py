@@ -15,6 +15,7 @@ from orchestrator.images.base_plan import (
     UseLocal,
     plan_base,
 )
+from orchestrator.images.debootstrap import base_tag
 
 ROOT_WITH_DEBOOTSTRAP = HostTools(
     debootstrap="/usr/sbin/debootstrap", apt_get="/usr/bin/apt-get", is_root=True
@@ -73,10 +74,10 @@ def test_with_neither_the_last_step_is_an_error_naming_the_fix(tools: HostTools,
 
 
 def test_an_image_the_engine_has_is_used_without_pulling() -> None:
-    assert plan(ROOT_WITH_APT, local=frozenset({"sandhold-base:bookworm"})) == (
-        UseLocal("sandhold-base:bookworm"),
+    assert plan(ROOT_WITH_APT, local=frozenset({base_tag("bookworm")})) == (
+        UseLocal(base_tag("bookworm")),
     )
-    both = frozenset({"sandhold-base:bookworm", PINNED_PYTHON_IMAGE})
+    both = frozenset({base_tag("bookworm"), PINNED_PYTHON_IMAGE})
     assert plan(NOT_ROOT, local=both) == (UseLocal(PINNED_PYTHON_IMAGE),)
 
 
