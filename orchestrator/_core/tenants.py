@@ -19,8 +19,20 @@ A tenants file::
     terminals_per_session = 4            # lowers the policy's limit, never raises it
     processes_per_session = 8
     egress_mb = 500                      # MiB through the sessions' egress proxies, per hour
+    snapshots = 20                       # snapshots kept (session snapshot)
+    snapshots_mb = 2048                  # MiB of their images
     egress_allow = ["pypi.org:443", "files.pythonhosted.org:443"]
                                          # optional: the most any session may reach (below)
+
+An operator of the server (``/metrics``, every tenant's sessions and audit records on the
+operations page) has a key of its own, never a tenant's, which makes no tool calls::
+
+    [[operator]]
+    name = "ops"
+    key_sha256 = "<64 hex digits>"
+
+Without a tenants file the local key is both the ``local`` tenant and the operator: one person
+runs that server.
 
 ``egress_allow`` caps every session of the tenant: a policy's allowlist keeps only what the cap
 covers, an ``open`` policy becomes the cap, and a live ``set_allowlist`` stays within both.
@@ -82,6 +94,10 @@ class TenantQuotas(BaseModel):
     # Bytes both ways through the tenant's egress proxies in each hour of this orchestrator's
     # life (``_core.egress_meter``); over it, the proxies refuse and close with tenant.egress_mb.
     egress_mb: int | None = Field(default=None, ge=0, le=1 << 30)
+    # Snapshots kept (``_core.snapshots``): how many, and the MiB of their images (each counted
+    # as what it adds to its template's image: the commit and the archive of its files).
+    snapshots: int | None = Field(default=None, ge=0, le=10_000)
+    snapshots_mb: int | None = Field(default=None, ge=0, le=1 << 30)
 
 
 class TenantConfig(BaseModel):
@@ -103,17 +119,27 @@ class TenantConfig(BaseModel):
         return None if value is None else tuple(dict.fromkeys(check_rules(value)))
 
 
+class OperatorConfig(BaseModel):
+    """One ``[[operator]]`` of a tenants file: a key for the whole server's figures."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: TenantName
+    key_sha256: KeyHash
+
+
 class TenantsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tenant: list[TenantConfig] = Field(min_length=1)
+    operator: list[OperatorConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> TenantsFile:
-        names = [t.name for t in self.tenant]
-        hashes = [t.key_sha256 for t in self.tenant]
+        names = [t.name for t in self.tenant] + [o.name for o in self.operator]
+        hashes = [t.key_sha256 for t in self.tenant] + [o.key_sha256 for o in self.operator]
         if len(set(names)) != len(names):
-            raise ValueError("tenant names must be unique")
+            raise ValueError("tenant and operator names must be unique")
         if len(set(hashes)) != len(hashes):
             raise ValueError("a key may belong to one tenant only")
         return self
@@ -130,33 +156,52 @@ def new_key() -> str:
 class TenantKeys:
     """Which tenant a presented API key belongs to."""
 
-    def __init__(self, tenants: Iterable[TenantConfig]) -> None:
+    def __init__(
+        self,
+        tenants: Iterable[TenantConfig],
+        operators: Iterable[OperatorConfig] = (),
+        *,
+        local_operator: bool = False,
+    ) -> None:
         self.tenants = {t.name: t for t in tenants}
-        self._hashes = [(bytes.fromhex(t.key_sha256), t.name) for t in self.tenants.values()]
+        self.operators = {o.name: o for o in operators}
+        # (hash, name, tenant or None, operator): one row per key.
+        self._hashes: list[tuple[bytes, str, str | None, bool]] = [
+            (bytes.fromhex(t.key_sha256), t.name, t.name, local_operator)
+            for t in self.tenants.values()
+        ] + [(bytes.fromhex(o.key_sha256), o.name, None, True) for o in self.operators.values()]
 
     def replace_with(self, other: TenantKeys) -> None:
         """Take ``other``'s tenants and keys (a reload): one assignment, so a request sees the
         old set or the new one, never a mix."""
-        self.tenants, self._hashes = other.tenants, other._hashes
+        self.tenants, self.operators, self._hashes = other.tenants, other.operators, other._hashes
 
     @classmethod
     def from_file(cls, path: Path) -> TenantKeys:
-        return cls(load_tenants_file(path).tenant)
+        loaded = load_tenants_file(path)
+        return cls(loaded.tenant, loaded.operator)
 
     @classmethod
-    def single(cls, name: str, key: str) -> TenantKeys:
-        return cls([TenantConfig(name=name, key_sha256=hash_key(key))])
+    def single(cls, name: str, key: str, *, operator: bool = False) -> TenantKeys:
+        """One tenant's key; ``operator``: the key is the server's operator too."""
+        return cls([TenantConfig(name=name, key_sha256=hash_key(key))], local_operator=operator)
 
     def tenant_for(self, key: str) -> str | None:
-        """The tenant of ``key``, or None. Every stored hash is compared, each in constant time,
-        so the answer's timing tells nothing about which hash came close."""
+        """The tenant of ``key``, or None (an operator's key is no tenant's)."""
+        found = self.role_for(key)
+        return found[1] if found is not None else None
+
+    def role_for(self, key: str) -> tuple[str, str | None, bool] | None:
+        """Whose ``key`` is: its name, the tenant it is (None: an operator only) and whether
+        it is an operator's; None for no one's. Every stored hash is compared, each in
+        constant time, so the answer's timing tells nothing about which hash came close."""
         if not MIN_KEY_CHARS <= len(key) <= MAX_KEY_CHARS:
             return None
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
         found = None
-        for stored, name in self._hashes:
+        for stored, name, tenant, operator in self._hashes:
             if hmac.compare_digest(digest, stored):
-                found = name
+                found = (name, tenant, operator)
         return found
 
 
@@ -223,4 +268,4 @@ def _read_local_key(path: Path) -> str:
 def local_tenant(directory: Path | None = None) -> tuple[TenantKeys, str, bool]:
     """The keys of the single local tenant, its key, and whether the key was just made."""
     key, created = local_key(directory or data_dir())
-    return TenantKeys.single(LOCAL_TENANT, key), key, created
+    return TenantKeys.single(LOCAL_TENANT, key, operator=True), key, created

@@ -47,6 +47,7 @@ MEANINGS: Mapping[str, str] = {
     "storage_full": "sandhold's own data directory (its registry, its audit log) has no room "
     "left, or its disk fails: the message names the file. Nothing was made; free space there "
     "and call again.",
+    "path_not_found": "No file or directory at that path in the session (the session exists).",
     "internal": "A fault of sandhold itself; the message says no more, the server's log does.",
     "unauthenticated": "HTTP only: no API key, or not a valid one.",
     RATE_LIMITED: "HTTP only: too many wrong keys from this address, or too many connections "

@@ -31,14 +31,13 @@ from orchestrator.e2b._filesystem import FilesystemService
 from orchestrator.e2b._interpreter import Interpreter
 from orchestrator.e2b._process import ProcessService
 from orchestrator.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
+from orchestrator.e2b._surface import ENVD_PORT, INTERPRETER_PORT, E2bSurface
 from orchestrator.e2b._tooling import ToolCallError, call
+from orchestrator.http import MAX_BODY_BYTES, Front, FrontDoor, HttpLimitsConfig
 
-__all__ = ["ENVD_PORT", "INTERPRETER_PORT", "build_e2b_app"]
+__all__ = ["ENVD_PORT", "INTERPRETER_PORT", "E2bApp", "build_e2b_app"]
 
 log = logging.getLogger(__name__)
-
-ENVD_PORT: Final = "49983"
-INTERPRETER_PORT: Final = "49999"
 # How often lifetimes are checked: a sandbox ends at most this long after its end time.
 REAP_INTERVAL: Final = 1.0
 
@@ -51,16 +50,23 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 class E2bApp:
-    def __init__(self, orchestrator: Any, keys: TenantKeys) -> None:
+    """Behind the front door (``build_e2b_app``): every request here has a caller (a tenant) and
+    a bounded body."""
+
+    def __init__(self, orchestrator: Any, table: SandboxTable) -> None:
         self.orchestrator = orchestrator
-        self.table = SandboxTable()
-        self.control = Starlette(routes=Control(orchestrator, keys, self.table).routes())
+        self.table = table
+        self.control = Starlette(routes=Control(orchestrator, self.table).routes())
         process: Any = ProcessService(orchestrator)
         filesystem: Any = FilesystemService(orchestrator)
-        self.process = process_connect.ProcessASGIApplication(process, codecs=[ENVD_JSON_CODEC])
-        self.filesystem = filesystem_connect.FilesystemASGIApplication(
-            filesystem, codecs=[ENVD_JSON_CODEC]
-        )
+        # Message compression is refused at the door (415); the door already bounds bodies.
+        rpc: dict[str, Any] = {
+            "codecs": [ENVD_JSON_CODEC],
+            "compressions": (),
+            "read_max_bytes": MAX_BODY_BYTES,
+        }
+        self.process = process_connect.ProcessASGIApplication(process, **rpc)
+        self.filesystem = filesystem_connect.FilesystemASGIApplication(filesystem, **rpc)
         self.envd_http = envd_http(orchestrator)
         self.interpreter = Interpreter(orchestrator).app()
 
@@ -75,7 +81,9 @@ class E2bApp:
         if sandbox_id is None:
             await self.control(scope, receive, send)
             return
-        sandbox = self.table.with_token(sandbox_id, headers.get("x-access-token"))
+        # The code interpreter SDK's context calls carry only the traffic token (the same one).
+        token = headers.get("x-access-token") or headers.get("e2b-traffic-access-token")
+        sandbox = self.table.with_token(sandbox_id, token)
         if sandbox is None:
             await _answer(
                 send, 502, {"code": 502, "message": f"The sandbox {sandbox_id} was not found"}
@@ -145,6 +153,18 @@ class E2bApp:
         log.info("e2b sandbox %s ended: its timeout ran out", sandbox.sandbox_id)
 
 
-def build_e2b_app(orchestrator: Any, keys: TenantKeys) -> E2bApp:
-    """The E2B application over ``orchestrator``, for the tenants of ``keys``."""
-    return E2bApp(orchestrator, keys)
+def build_e2b_app(
+    orchestrator: Any,
+    keys: TenantKeys,
+    *,
+    front: Front | None = None,
+    limits: HttpLimitsConfig | None = None,
+) -> FrontDoor:
+    """The E2B application over ``orchestrator``, for the tenants of ``keys``, behind ``front``
+    (the one the server's other surfaces share; by default its own)."""
+    if front is None:
+        front = Front(
+            keys, limits=limits, metrics=orchestrator.metrics, audit=lambda: orchestrator.audit_log
+        )
+    table = SandboxTable()
+    return front.door(E2bSurface(table), E2bApp(orchestrator, table))

@@ -1,6 +1,11 @@
 """E2B's control API (``E2B_API_URL``): sandboxes created, listed, looked up, given a new
 lifetime, paused, resumed and killed, each one a sandhold session of the tenant whose key the
-request carries (``X-API-KEY``).
+request carries (``X-API-KEY``; the front door, ``orchestrator.http``, has resolved it and
+bounded the body before any route here runs).
+
+Bounds as on every surface: ``metadata`` is checked as a session's is (``check_metadata``: keys,
+per-value and total size); listings are paginated (``limit`` up to ``MAX_LIST_LIMIT``, E2B's own,
+and ``nextToken``, answered in ``x-next-token``).
 
 Templates: ``base`` is sandhold's ``shell`` policy (bash, full Python, a shell-first session),
 ``code-interpreter-v1`` the ``python-data`` policy (pandas, matplotlib...); any other
@@ -10,6 +15,9 @@ answered 501 with a message saying so, never left hanging."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import builtins
 import datetime
 import secrets
 import urllib.parse
@@ -19,11 +27,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator._core.tenants import TenantKeys
+from orchestrator._core.session_control import check_metadata
 from orchestrator.e2b._errors import e2b_error, status_of
 from orchestrator.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
 from orchestrator.e2b._tooling import ToolCallError, call
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import InvalidArgumentError, OrchestratorError
+from orchestrator.http import CALLER_SCOPE_KEY, Caller
 
 __all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
 
@@ -35,6 +44,9 @@ DEFAULT_TIMEOUT_S: Final = 300
 # E2B's own ceiling on a sandbox's lifetime (24 h on its top plan).
 MAX_TIMEOUT_S: Final = 86_400
 CLIENT_ID: Final = "sandhold"
+# Sandboxes per page of a listing: E2B's own default and maximum.
+MAX_LIST_LIMIT: Final = 100
+NEXT_TOKEN_HEADER: Final = "x-next-token"  # noqa: S105 (a header's name)
 # What a listed sandbox reports of its resources: the policy's limits are not in the tool
 # layer's answers, and the SDK requires the fields.
 _CPU, _MEMORY_MB, _DISK_MB = 1, 512, 1024
@@ -50,9 +62,8 @@ def _iso(moment: datetime.datetime) -> str:
 
 
 class Control:
-    def __init__(self, orchestrator: Any, keys: TenantKeys, table: SandboxTable) -> None:
+    def __init__(self, orchestrator: Any, table: SandboxTable) -> None:
         self.orchestrator = orchestrator
-        self.keys = keys
         self.table = table
 
     def routes(self) -> list[Route]:
@@ -74,11 +85,9 @@ class Control:
 
     # -- helpers
     def tenant(self, request: Request) -> str | None:
-        key = request.headers.get("x-api-key")
-        if key is None:
-            auth = request.headers.get("authorization", "")
-            key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
-        return self.keys.tenant_for(key) if key else None
+        """The tenant the front door found for the request's key."""
+        caller = request.scope.get(CALLER_SCOPE_KEY)
+        return caller.tenant if isinstance(caller, Caller) else None
 
     def policy_for(self, template: str) -> str | None:
         if template in TEMPLATES:
@@ -133,7 +142,7 @@ class Control:
                 "clientID": CLIENT_ID,
                 "envdVersion": ENVD_VERSION,
                 "envdAccessToken": sandbox.access_token,
-                "trafficAccessToken": None,
+                "trafficAccessToken": sandbox.access_token,
                 "domain": None,
             },
             status_code=status,
@@ -181,6 +190,10 @@ class Control:
         if problem:
             return e2b_error(400, problem)
         try:
+            metadata = check_metadata(metadata)
+        except InvalidArgumentError as exc:
+            return e2b_error(400, f"invalid_argument: {exc}")
+        try:
             created = await call(
                 self.orchestrator, tenant, "session", "create", policy=policy, env=envs or None
             )
@@ -208,27 +221,50 @@ class Control:
         tenant = self.tenant(request)
         if tenant is None:
             return e2b_error(401, "Invalid API key")
+        try:
+            limit = _list_limit(request.query_params.get("limit"))
+            after = _from_token(request.query_params.get("nextToken"))
+        except InvalidArgumentError as exc:
+            return e2b_error(400, f"invalid_argument: {exc}")
         wanted = _metadata_filter(request.query_params.get("metadata"))
         states = request.query_params.get("state")
         allowed = set(states.split(",")) if states else {"running", "paused"}
         template = request.query_params.get("template")
-        found = []
+        chosen = [
+            sandbox
+            for sandbox in await self._alive_of(tenant)
+            if sandbox.state in allowed
+            and not (template and sandbox.template != template)
+            and all(sandbox.metadata.get(k) == v for k, v in wanted.items())
+            and (after is None or _place(sandbox) > after)
+        ]
+        chosen.sort(key=_place)
+        page = chosen[:limit]
+        headers = {NEXT_TOKEN_HEADER: _token(page[-1])} if len(chosen) > limit else {}
+        return JSONResponse([self.listed(sandbox) for sandbox in page], headers=headers)
+
+    async def _alive_of(self, tenant: str) -> builtins.list[E2bSandbox]:
+        """The tenant's sandboxes whose sessions still exist, in one ``list_sessions``."""
+        listed = await call(self.orchestrator, tenant, "python_repl", "list_sessions")
+        live = {s.get("session_id") for s in listed["sessions"]}
+        alive = []
         for sandbox in self.table.listed(tenant):
-            if sandbox.state not in allowed or (template and sandbox.template != template):
-                continue
-            if any(sandbox.metadata.get(k) != v for k, v in wanted.items()):
-                continue
-            if await self._alive(sandbox):
-                found.append(self.listed(sandbox))
-        found.sort(key=lambda s: s["startedAt"])
-        return JSONResponse(found)
+            if sandbox.session_id in live:
+                alive.append(sandbox)
+            else:
+                self.table.remove(sandbox.sandbox_id)
+        return alive
 
     async def get(self, request: Request) -> Response:
         found = await self._sandbox(request)
         if isinstance(found, Response):
             return found
         _, sandbox = found
-        detail = self.listed(sandbox) | {"envdAccessToken": sandbox.access_token, "domain": None}
+        detail = self.listed(sandbox) | {
+            "envdAccessToken": sandbox.access_token,
+            "trafficAccessToken": sandbox.access_token,
+            "domain": None,
+        }
         return JSONResponse(detail)
 
     async def kill(self, request: Request) -> Response:
@@ -373,6 +409,37 @@ def _check_create(timeout: Any, metadata: Any, envs: Any, body: dict[str, Any]) 
     if isinstance(resume, dict) and resume.get("enabled"):
         return "auto-resume is not supported by sandhold: resume with connect()"
     return _check_timeout(timeout)
+
+
+def _list_limit(raw: str | None) -> int:
+    if raw is None:
+        return MAX_LIST_LIMIT
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIST_LIMIT:
+        raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}")
+    return int(raw)
+
+
+def _place(sandbox: E2bSandbox) -> tuple[str, str]:
+    """Where a sandbox stands in a listing: by start, then id (unique)."""
+    return _iso(sandbox.started_at), sandbox.sandbox_id
+
+
+def _token(sandbox: E2bSandbox) -> str:
+    """The next page starts after this sandbox (which may be gone by then)."""
+    started, sandbox_id = _place(sandbox)
+    return base64.urlsafe_b64encode(f"{started}|{sandbox_id}".encode()).decode("ascii")
+
+
+def _from_token(raw: str | None) -> tuple[str, str] | None:
+    if not raw:
+        return None
+    try:
+        started, sep, sandbox_id = base64.urlsafe_b64decode(raw[:200]).decode().partition("|")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidArgumentError("nextToken is not one this server gave") from None
+    if not sep:
+        raise InvalidArgumentError("nextToken is not one this server gave")
+    return started, sandbox_id
 
 
 def _metadata_filter(raw: str | None) -> dict[str, str]:

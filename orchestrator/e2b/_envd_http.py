@@ -2,12 +2,13 @@
 file; ``POST ?path=`` a file from an ``application/octet-stream`` body, or each part of a
 ``multipart/form-data`` body, a part's filename its path when no ``path`` is given).
 
-Bodies are read whole, bounded by ``MAX_UPLOAD_BYTES``: a sandhold file is written in one
-tool call (the policy's ``max_file_bytes`` bounds it again)."""
+A body comes through the front door (``orchestrator.http``), which bounds it raw and decoded
+(``Content-Encoding: gzip`` is undone there as a stream, stopped at the cap) before this reads
+a byte of it: a file is written in one tool call, so it is read whole, and only then encoded
+(the policy's ``max_file_bytes`` bounds it again)."""
 
 from __future__ import annotations
 
-import gzip
 import posixpath
 from typing import Any, Final
 
@@ -22,11 +23,12 @@ from orchestrator.e2b._errors import e2b_error, status_of
 from orchestrator.e2b._files import SandboxFiles
 from orchestrator.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
 from orchestrator.e2b._tooling import ToolCallError
+from orchestrator.http import MAX_BODY_BYTES
 
 __all__ = ["MAX_UPLOAD_BYTES", "envd_http"]
 
-# The largest max_file_bytes a shipped policy allows (shell: 100 MiB), and some room.
-MAX_UPLOAD_BYTES: Final = 110 * 1024 * 1024
+# The front door's cap on every body (it is the same on every surface of the server).
+MAX_UPLOAD_BYTES: Final = MAX_BODY_BYTES
 
 
 def envd_http(orchestrator: Any) -> Starlette:
@@ -70,25 +72,12 @@ def envd_http(orchestrator: Any) -> Starlette:
     )
 
 
-async def _body(request: Request) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_UPLOAD_BYTES:
-            raise ValueError(f"the upload is larger than {MAX_UPLOAD_BYTES} bytes")
-        chunks.append(chunk)
-    data = b"".join(chunks)
-    if request.headers.get("content-encoding") == "gzip":
-        data = gzip.decompress(data)
-    return data
-
-
 async def _uploads(request: Request) -> list[tuple[str, bytes]]:
     path = request.query_params.get("path")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         if path is None:
             raise ValueError("path is required")
-        return [(path, await _body(request))]
+        return [(path, await request.body())]
     form = await request.form(max_part_size=MAX_UPLOAD_BYTES)
     found = []
     for _, value in form.multi_items():

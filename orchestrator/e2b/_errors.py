@@ -1,20 +1,18 @@
 """How a refused tool call reads to an E2B client: an HTTP status with E2B's ``{code,
-message}`` body on the control API and the envd file routes, a Connect code on the RPCs.
-
-The SDK picks its exception class from the status (404 ``NotFoundException``, 401
-``AuthenticationException``, 429 ``RateLimitException``, 502 with "was not found"
-``SandboxNotRunningException``), so each sandhold ``error_type`` is mapped to the status whose
-exception means the same thing."""
+message}`` body on the control API, the envd file routes and the interpreter, a Connect code on
+the RPCs; both from the front door's tables (``orchestrator.http``: ``E2B_STATUS``,
+``CONNECT_CODES``), by ``error_type`` only. The SDK picks its exception class from the status
+(404 ``NotFoundException``, 401 ``AuthenticationException``, 429 ``RateLimitException``, 502
+with "was not found" ``SandboxNotRunningException``)."""
 
 from __future__ import annotations
-
-from typing import Final
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from starlette.responses import JSONResponse
 
 from orchestrator.e2b._tooling import ToolCallError
+from orchestrator.http import CONNECT_CODES, E2B_STATUS
 
 __all__ = [
     "connect_error",
@@ -24,44 +22,15 @@ __all__ = [
     "status_of",
 ]
 
-_STATUS: Final = {
-    "invalid_argument": 400,
-    "unknown_template": 404,
-    "template_not_built": 400,
-    "session_not_found": 404,
-    "session_lost": 404,
-    "storage_full": 507,
-    "policy": 403,
-    "quota_exceeded": 429,
-    "rate_limited": 429,
-    "busy": 503,
-    "timeout": 504,
-    "unsupported": 501,
-}
-_CODE: Final = {
-    400: Code.INVALID_ARGUMENT,
-    403: Code.PERMISSION_DENIED,
-    404: Code.NOT_FOUND,
-    409: Code.ALREADY_EXISTS,
-    429: Code.RESOURCE_EXHAUSTED,
-    501: Code.UNIMPLEMENTED,
-    502: Code.UNAVAILABLE,
-    503: Code.UNAVAILABLE,
-    504: Code.DEADLINE_EXCEEDED,
-}
-# The files tool says so in its message; its error_type is invalid_argument.
-_NOT_FOUND_TEXT: Final = ("no such file or directory", "does not exist", "not found")
+NOT_FOUND_TYPES = frozenset({"session_not_found", "session_lost", "path_not_found"})
 
 
 def is_not_found(error: ToolCallError) -> bool:
-    lowered = error.message.lower()
-    return error.error_type in ("session_not_found", "session_lost") or any(t in lowered for t in _NOT_FOUND_TEXT)
+    return error.error_type in NOT_FOUND_TYPES
 
 
 def status_of(error: ToolCallError) -> int:
-    if error.error_type == "invalid_argument" and is_not_found(error):
-        return 404
-    return _STATUS.get(error.error_type, 500)
+    return E2B_STATUS.get(error.error_type, 500)
 
 
 def e2b_error(status: int, message: str) -> JSONResponse:
@@ -76,5 +45,5 @@ def sandbox_gone(sandbox_id: str) -> JSONResponse:
 
 
 def connect_error(error: ToolCallError) -> ConnectError:
-    status = status_of(error)
-    return ConnectError(_CODE.get(status, Code.INTERNAL), f"{error.error_type}: {error.message}")
+    code = Code(CONNECT_CODES.get(error.error_type, "internal"))
+    return ConnectError(code, f"{error.error_type}: {error.message}")

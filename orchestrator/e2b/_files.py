@@ -78,7 +78,7 @@ class SandboxFiles:
         try:
             listed = await self.list(parent)
         except ToolCallError as exc:
-            if "no such file" in exc.message.lower():
+            if exc.error_type == "path_not_found":
                 return None
             raise
         return next((e for e in listed if e["name"] == name), None)

@@ -47,17 +47,29 @@ from orchestrator._lazy import lazy_exports
 # in starlette and the MCP SDK, which ``sandhold serve --help`` (reading ``HttpLimitsConfig``'s
 # defaults from ``_limits``) has no use for.
 _EXPORTS = {
-    "MAX_BODY_BYTES": "orchestrator.http._app",
-    "RATE_LIMITED": "orchestrator.http._auth",
+    "CALLER_SCOPE_KEY": "orchestrator.http._front",
+    "CONNECT_CODES": "orchestrator.http._statuses",
+    "E2B_STATUS": "orchestrator.http._statuses",
+    "MAX_BODY_BYTES": "orchestrator.http._bodies",
+    "RATE_LIMITED": "orchestrator.http._statuses",
+    "REST_STATUS": "orchestrator.http._statuses",
     "STATUS_BY_ERROR_TYPE": "orchestrator.http._app",
+    "BodyLimits": "orchestrator.http._bodies",
+    "Caller": "orchestrator.http._front",
+    "Front": "orchestrator.http._front",
+    "FrontDoor": "orchestrator.http._front",
     "HttpLimitsConfig": "orchestrator.http._limits",
     "HttpProtocol": "orchestrator.http._server",
     "HttpServer": "orchestrator.http._server",
+    "JsonBody": "orchestrator.http._front",
     "RateLimitedLog": "orchestrator.http._logs",
+    "Role": "orchestrator.http._front",
+    "Surface": "orchestrator.http._front",
     "build_app": "orchestrator.http._app",
     "current_tenant": "orchestrator.http._auth",
     "limit_log_rate": "orchestrator.http._logs",
     "openapi_document": "orchestrator.http._openapi",
+    "status_for": "orchestrator.http._statuses",
     "status_of": "orchestrator.http._app",
 }
 
@@ -66,24 +78,53 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
-    from orchestrator.http._app import MAX_BODY_BYTES, STATUS_BY_ERROR_TYPE, build_app, status_of
-    from orchestrator.http._auth import RATE_LIMITED, current_tenant
+    from orchestrator.http._app import STATUS_BY_ERROR_TYPE, build_app, status_of
+    from orchestrator.http._auth import current_tenant
+    from orchestrator.http._bodies import MAX_BODY_BYTES, BodyLimits
+    from orchestrator.http._front import (
+        CALLER_SCOPE_KEY,
+        Caller,
+        Front,
+        FrontDoor,
+        JsonBody,
+        Role,
+        Surface,
+    )
     from orchestrator.http._limits import HttpLimitsConfig
     from orchestrator.http._logs import RateLimitedLog, limit_log_rate
     from orchestrator.http._openapi import openapi_document
     from orchestrator.http._server import HttpProtocol, HttpServer
+    from orchestrator.http._statuses import (
+        CONNECT_CODES,
+        E2B_STATUS,
+        RATE_LIMITED,
+        REST_STATUS,
+        status_for,
+    )
 
 __all__ = [
+    "CALLER_SCOPE_KEY",
+    "CONNECT_CODES",
+    "E2B_STATUS",
     "MAX_BODY_BYTES",
     "RATE_LIMITED",
+    "REST_STATUS",
     "STATUS_BY_ERROR_TYPE",
+    "BodyLimits",
+    "Caller",
+    "Front",
+    "FrontDoor",
     "HttpLimitsConfig",
     "HttpProtocol",
     "HttpServer",
+    "JsonBody",
     "RateLimitedLog",
+    "Role",
+    "Surface",
     "build_app",
     "current_tenant",
     "limit_log_rate",
     "openapi_document",
+    "status_for",
     "status_of",
 ]

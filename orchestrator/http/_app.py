@@ -15,47 +15,33 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Scope
+from starlette.types import Scope
 
 from orchestrator._api import Orchestrator
 from orchestrator._core.call_context import new_call_id
 from orchestrator._core.tenants import TenantKeys
-from orchestrator.errors import BodyTooLargeError, InvalidArgumentError, OrchestratorError
-from orchestrator.http._auth import TENANT_SCOPE_KEY, BearerAuth, current_tenant
+from orchestrator.errors import InvalidArgumentError, OrchestratorError
+from orchestrator.http._auth import TENANT_SCOPE_KEY, current_tenant
+from orchestrator.http._bodies import MAX_BODY_BYTES, BodyLimits
 from orchestrator.http._disconnect import CancelOnDisconnect
 from orchestrator.http._events import first_read, terminal_events
 from orchestrator.http._execute_stream import ExecuteEvents, wants_events
+from orchestrator.http._front import BODY_SCOPE_KEY, Front, FrontDoor
 from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
 from orchestrator.http._ops import OPS_AUDIT_PATH, OPS_POOLS_PATH, OPS_SESSIONS_PATH, OpsRoutes
+from orchestrator.http._rest_surface import METRICS_PATH, RestSurface
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, TASK_HEADER, RestRoute
-from orchestrator.http._streams import StreamLimit, is_stream
+from orchestrator.http._statuses import REST_STATUS, status_for
 from orchestrator.http._ui import ui_routes
 from orchestrator.mcp_server.server import current_http_request, streamable_http_app
 
 log = logging.getLogger(__name__)
 
-# A file of the largest size a policy allows by default (10 MiB) is ~14 MiB as base64.
-MAX_BODY_BYTES: Final = 32 * 1024 * 1024
-
-# Failures of the request itself. Any other error_type (an exception raised by the user's code,
-# timeout, validation, import_blocked, process_crashed, output_limit) is the tool's answer
-# about the work, and comes with 200 like a success.
-STATUS_BY_ERROR_TYPE: Final[Mapping[str, int]] = {
-    "invalid_argument": 400,
-    "unknown_template": 400,
-    "policy": 403,
-    "session_not_found": 404,
-    # Gone: the session existed and ended without being asked to (its container died).
-    "session_lost": 410,
-    "busy": 409,
-    "quota_exceeded": 429,
-    "internal": 500,
-    "backend_unavailable": 503,
-    "template_not_built": 503,
-    # Insufficient Storage: the server's own data directory is full.
-    "storage_full": 507,
-}
+# REST's table (``_statuses``): failures of the request itself. Any other error_type (an
+# exception raised by the user's code, timeout, validation...) is the tool's answer about the
+# work, and comes with 200 like a success.
+STATUS_BY_ERROR_TYPE: Final[Mapping[str, int]] = REST_STATUS
 
 
 def status_of(structured: Mapping[str, Any]) -> int:
@@ -86,28 +72,13 @@ def parse_json(raw: bytes) -> Any:
     return value
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLargeError(f"the request body is larger than {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(f"the request body is larger than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 # The id of the call a REST answer is for: the one in its audit record and the server's log.
 CALL_ID_HEADER = "x-sandhold-call-id"
 
 
 class _Api:
-    def __init__(self, orchestrator: Orchestrator, max_body_bytes: int) -> None:
+    def __init__(self, orchestrator: Orchestrator) -> None:
         self.orchestrator = orchestrator
-        self.max_body_bytes = max_body_bytes
         self.document = openapi_document()
 
     async def _call(self, request: Request, tool: str, arguments: Any) -> Response:
@@ -122,7 +93,8 @@ class _Api:
         return response
 
     async def _json_body(self, request: Request) -> Any:
-        return parse_json(await read_body(request, self.max_body_bytes))
+        # Bounded, decoded and depth-checked by the front door as it was read.
+        return parse_json(await request.body())
 
     async def tool(self, request: Request) -> Response:
         body = await self._json_body(request)
@@ -181,41 +153,41 @@ async def healthz(request: Request) -> Response:
 
 
 class _Refusals:
-    """Requests refused before a tool runs (a body too large or not JSON, an unknown route):
-    answered with their error, counted in the metrics, and recorded in the audit log for the
-    tenant whose key made them (a call that reached a tool is recorded by ``call()``)."""
+    """Requests refused by a route before a tool runs (a body not JSON, an unknown route):
+    answered by the front door, counted and audited like its own refusals (a call that reached
+    a tool is recorded by ``call()``)."""
 
-    def __init__(self, orchestrator: Orchestrator) -> None:
-        self._orchestrator = orchestrator
+    def __init__(self, front: Front, surface: RestSurface) -> None:
+        self._front = front
+        self._surface = surface
 
     async def orchestrator_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, OrchestratorError)
-        status = 413 if isinstance(exc, BodyTooLargeError) else STATUS_BY_ERROR_TYPE.get(exc.code)
-        return await self._refuse(request, {"success": False, **exc.to_dict()}, status or 500)
+        body = request.scope.get(BODY_SCOPE_KEY)
+        if body is not None and exc is body.refused:
+            raise exc  # the door's own refusal: it answers it
+        return await self._refuse(request, exc)
 
     async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         message = f"{exc.detail}: {request.method} {request.url.path}"
-        body = {"success": False, "error_type": "invalid_argument", "error_message": message}
-        return await self._refuse(request, body, exc.status_code)
+        error = {"error_type": "invalid_argument", "error_message": message}
+        return await self._answer(request, exc.status_code, error)
 
-    async def _refuse(self, request: Request, body: dict[str, Any], status: int) -> Response:
-        self._orchestrator.metrics.http_refusals.labels(str(status)).inc()
-        audit, tenant = self._orchestrator.audit_log, request.scope.get(TENANT_SCOPE_KEY)
-        if audit is not None and isinstance(tenant, str):
-            details = {"method": request.method, "path": request.url.path[:200], "status": status}
-            try:
-                await audit.record(
-                    tenant=tenant, task=None, tool="http",
-                    operation="refuse", session_id=None, arguments={}, success=False,
-                    error_type=str(body.get("error_type")), duration_ms=0.0, details=details,
-                )  # fmt: skip
-            except OrchestratorError as error:
-                log.error("audit log could not record a refused request: %s", error)
-        return answer(body, status)
+    async def _refuse(self, request: Request, exc: OrchestratorError) -> Response:
+        return await self._answer(request, status_for(exc, REST_STATUS), exc.to_dict())
+
+    async def _answer(self, request: Request, status: int, error: dict[str, Any]) -> Response:
+        await self._front.note_refusal(request.scope, status, str(error.get("error_type")))
+        body, headers = self._surface.refusal(request.scope, status, error)
+        extra = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+        return JSONResponse(body, status_code=status, headers=extra)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
+    body = request.scope.get(BODY_SCOPE_KEY)
+    if body is not None and exc is body.refused:
+        raise exc  # the front door's refusal, raised through the app: it answers it
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return answer({"success": False, "error_type": "internal", "error_message": "internal error"})
 
@@ -223,11 +195,11 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 def _is_rest_call(scope: Scope) -> bool:
     """A REST request, which a dropped connection cancels (MCP's SDK and the event stream watch
     their own connections)."""
-    return str(scope["path"]).startswith("/v1/") and not is_stream(scope)
+    return str(scope["path"]).startswith("/v1/") and not RestSurface().is_stream(scope)
 
 
 def _mcp_tenant() -> str | None:
-    """The MCP server's tenant callable: the tenant ``BearerAuth`` put on the request."""
+    """The MCP server's tenant callable: the tenant the front door put on the request."""
     request = current_http_request()
     if request is None:
         return current_tenant()
@@ -243,19 +215,27 @@ def build_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     mcp: bool = True,
     limits: HttpLimitsConfig | None = None,
-) -> ASGIApp:
+    front: Front | None = None,
+) -> FrontDoor:
     """The HTTP API, and MCP at ``/mcp``, over ``orchestrator`` (which the caller starts and
     closes). ``host`` is where it listens: on loopback, MCP refuses requests naming other hosts
     (DNS rebinding). The app's lifespan must run (uvicorn runs it) for ``/mcp`` to answer.
     ``limits``: the wrong keys an address may present, the streams a tenant may hold (the
-    connection limits are the server's, ``HttpServer``)."""
-    limits = limits or HttpLimitsConfig()
-    api = _Api(orchestrator, max_body_bytes)
-    ops = OpsRoutes(orchestrator)
+    connection limits are the server's, ``HttpServer``). ``front``: the front door this app
+    shares with the server's other surfaces (by default its own)."""
+    if front is None:
+        front = Front(
+            keys,
+            limits=limits,
+            metrics=orchestrator.metrics,
+            audit=lambda: orchestrator.audit_log,
+        )
+    api = _Api(orchestrator)
+    ops = OpsRoutes(orchestrator, keys)
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
-        Route("/metrics", ops.metrics, methods=["GET"]),
+        Route(METRICS_PATH, ops.metrics, methods=["GET"]),
         Route("/readyz", ops.readyz, methods=["GET"]),
         Route(OPS_SESSIONS_PATH, ops.sessions, methods=["GET"]),
         Route(OPS_POOLS_PATH, ops.pools, methods=["GET"]),
@@ -277,7 +257,10 @@ def build_app(
                 await stack.enter_async_context(mcp_app.run())
             yield
 
-    refusals = _Refusals(orchestrator)
+    surface = RestSurface(
+        BodyLimits(max_raw_bytes=max_body_bytes, max_decoded_bytes=max_body_bytes)
+    )
+    refusals = _Refusals(front, surface)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -287,14 +270,4 @@ def build_app(
             Exception: _unexpected,
         },
     )
-    return BearerAuth(
-        StreamLimit(
-            CancelOnDisconnect(app, _is_rest_call),
-            limits.max_streams_per_tenant,
-            metrics=orchestrator.metrics,
-        ),
-        keys,
-        failures_per_minute=limits.auth_failures_per_minute,
-        audit=lambda: orchestrator.audit_log,
-        metrics=orchestrator.metrics,
-    )
+    return front.door(surface, CancelOnDisconnect(app, _is_rest_call))

@@ -185,7 +185,11 @@ OPS_SCHEMAS: dict[str, Any] = {
         "required": ["success", "tenant", "count", "sessions"],
         "properties": {
             "success": {"const": True},
-            "tenant": {"type": "string"},
+            "tenant": {
+                **_NULLABLE_STRING,
+                "description": "The key's tenant (null: an operator's key, every tenant's).",
+            },
+            "operator": {"type": "boolean", "description": "Whether the key is an operator's."},
             "task": _NULLABLE_STRING,
             "count": {"type": "integer"},
             "sessions": {"type": "array", "items": {"$ref": "#/components/schemas/OpsSession"}},
@@ -245,7 +249,7 @@ OPS_SCHEMAS: dict[str, Any] = {
     },
 }
 # The failures an operations route can answer: it reads the server's own state, no engine.
-OPS_FAILURES = ("400", "401", "429", "500")
+OPS_FAILURES = ("400", "401", "403", "429", "500")
 
 
 def _ops_operation(
@@ -273,7 +277,7 @@ def _ops_operation(
 def _ops_paths() -> dict[str, Any]:
     audit = _ops_operation(
         "ops_audit",
-        "The key's tenant's latest audit records",
+        "The latest audit records: the key's tenant's, or (an operator's key) every tenant's",
         "Newest first: what this server recorded since it started (none when it keeps no "
         "audit log: `enabled` false). Arguments and what workers claimed are left out.",
         "OpsAudit",
@@ -291,7 +295,7 @@ def _ops_paths() -> dict[str, Any]:
         OPS_SESSIONS_PATH: {
             "get": _ops_operation(
                 "ops_sessions",
-                "The key's tenant's sessions, with CPU and memory",
+                "Sessions with CPU and memory: the key's tenant's, or every tenant's",
                 "Owner, policy, state and age of each session; CPU and memory as last sampled "
                 "from the engine (sampling runs while this is asked for; null until then). "
                 "Touches no session.",
@@ -303,7 +307,7 @@ def _ops_paths() -> dict[str, Any]:
                 "ops_pools",
                 "Warm pools and how many sessions the server holds",
                 "Each warm pool's policy, size and ready sessions, and the server's sessions "
-                "(every tenant's, as a count) against its maximum.",
+                "(every tenant's, as a count) against its maximum. An operator's key only.",
                 "OpsPools",
             )
         },

@@ -32,6 +32,7 @@ from orchestrator.errors import (
     BackendError,
     InvalidArgumentError,
     OrchestratorError,
+    PathNotFoundError,
     QuotaExceededError,
 )
 from orchestrator.session.repl.protocol import untrusted_json
@@ -75,6 +76,7 @@ def _default_refusals() -> dict[str, Refusal]:
     return {
         "invalid_argument": lambda failure: InvalidArgumentError(failure.error_message),
         "quota_exceeded": lambda failure: QuotaExceededError(failure.error_message),
+        "path_not_found": lambda failure: PathNotFoundError(failure.error_message),
     }
 
 

@@ -52,6 +52,7 @@ CALL_FAILURES: Final = frozenset(
         "unknown_template",
         "template_not_built",
         "storage_full",
+        "path_not_found",
         "internal",
         "unauthenticated",
     }

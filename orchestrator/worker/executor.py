@@ -54,6 +54,7 @@ RESERVED_ERROR_TYPES = frozenset(
         "unknown_template",
         "template_not_built",
         "storage_full",
+        "path_not_found",
         "internal",
     ]
 )

@@ -60,8 +60,9 @@ MAX_IDLE_S = 86_400.0
 # Served mode: after a request and reply larger than this, the heap is trimmed (~1 ms).
 TRIM_AFTER_BYTES = 1 << 20
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A missing path has a code of its own, so that no interface reads the message to say "not found".
+_MISSING = {errno.ENOENT: "no such file or directory"}
 _INVALID = {
-    errno.ENOENT: "no such file or directory",
     errno.ENOTDIR: "not a directory",
     errno.EISDIR: "is a directory",
     errno.EEXIST: "already exists",
@@ -569,6 +570,8 @@ def handle(op: str, request: Any) -> dict[str, Any]:
     except OSError as exc:
         if exc.errno in _FULL:
             return failure("quota_exceeded", f"{where}: {_FULL[exc.errno]}")
+        if exc.errno in _MISSING:
+            return failure("path_not_found", f"{where}: {_MISSING[exc.errno]}")
         if exc.errno in _INVALID:
             return failure("invalid_argument", f"{where}: {_INVALID[exc.errno]}")
         return failure("internal", f"{where}: {exc.strerror or type(exc).__name__}")

@@ -18,7 +18,13 @@ import uvicorn
 from openapi_spec_validator import validate
 
 from orchestrator._api import Orchestrator
-from orchestrator._core.tenants import TenantConfig, TenantKeys, hash_key, new_key
+from orchestrator._core.tenants import (
+    OperatorConfig,
+    TenantConfig,
+    TenantKeys,
+    hash_key,
+    new_key,
+)
 from orchestrator.http import HttpLimitsConfig, build_app
 from orchestrator.images import ImageBuildResult
 from orchestrator.tools import TOOLS
@@ -27,12 +33,13 @@ from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
-KEY_A, KEY_B = new_key(), new_key()
+KEY_A, KEY_B, KEY_OPS = new_key(), new_key(), new_key()
 KEYS = TenantKeys(
     [
         TenantConfig(name="tenant-a", key_sha256=hash_key(KEY_A)),
         TenantConfig(name="tenant-b", key_sha256=hash_key(KEY_B)),
-    ]
+    ],
+    [OperatorConfig(name="ops", key_sha256=hash_key(KEY_OPS))],
 )
 # Creating a session (container and worker) takes well under this on the CI machine.
 CALL_TIMEOUT = 60
@@ -215,7 +222,8 @@ async def test_requests_refused_before_a_tool_runs_are_counted_and_audited(
             with anyio.fail_after(CALL_TIMEOUT):
                 too_large = await http.post("/v1/files", content=b"x" * 2048)
                 not_json = await http.post("/v1/files", content=b"{nope")
-                metrics = (await http.get("/metrics")).text
+                operator = {"Authorization": f"Bearer {KEY_OPS}"}
+                metrics = (await http.get("/metrics", headers=operator)).text
     assert (too_large.status_code, not_json.status_code) == (413, 400)
     counted = {
         sample.labels["status"]: sample.value

@@ -20,19 +20,26 @@ from starlette.routing import Route
 
 from orchestrator._api import Orchestrator
 from orchestrator._core.owners import task_scope
-from orchestrator._core.tenants import TenantConfig, TenantKeys, hash_key, new_key
+from orchestrator._core.tenants import (
+    OperatorConfig,
+    TenantConfig,
+    TenantKeys,
+    hash_key,
+    new_key,
+)
 from orchestrator.http import build_app, openapi_document
 from orchestrator.http._ui import ASSETS, UI_PATH
 from tests.unit.test_manager_on_fake import STEP_TIMEOUT, Worker, engine, settings
 
 pytestmark = pytest.mark.anyio
 
-KEY_A, KEY_B = new_key(), new_key()
+KEY_A, KEY_B, KEY_OPS = new_key(), new_key(), new_key()
 KEYS = TenantKeys(
     [
         TenantConfig(name="team-a", key_sha256=hash_key(KEY_A)),
         TenantConfig(name="team-b", key_sha256=hash_key(KEY_B)),
-    ]
+    ],
+    [OperatorConfig(name="ops", key_sha256=hash_key(KEY_OPS))],
 )
 OPS_PATHS = ("/v1/ops/sessions", "/v1/ops/pools", "/v1/ops/audit")
 
@@ -132,7 +139,7 @@ async def test_pools_give_each_pool_and_the_servers_sessions(
     client: Client, orch: Orchestrator
 ) -> None:
     await orch.create_session(tenant="team-b")
-    answer = (await client(KEY_A).get("/v1/ops/pools")).json()
+    answer = (await client(KEY_OPS).get("/v1/ops/pools")).json()
     conforms("/v1/ops/pools", 200, answer)
     assert answer["sessions"] == 1 and answer["max_sessions"] == orch.config.max_sessions
     assert answer["pools"] == []
@@ -154,6 +161,31 @@ async def test_audit_events_are_the_keys_tenants_newest_first(client: Client) ->
     assert events[1]["session_id"] == made["session_id"]
     assert {e["tenant"] for e in events} == {"team-a"}
     assert len((await a.get("/v1/ops/audit", params={"limit": 1})).json()["events"]) == 1
+
+
+@pytest.mark.parametrize("path", ["/v1/ops/pools", "/metrics"])
+async def test_the_whole_servers_figures_need_an_operators_key(client: Client, path: str) -> None:
+    refused = await client(KEY_A).get(path)
+    assert refused.status_code == 403
+    assert (refused.json()["error_type"], refused.json()["rule"]) == ("policy", "role.operator")
+    assert (await client(KEY_OPS).get(path)).status_code == 200
+
+
+async def test_an_operator_sees_every_tenants_sessions_and_records_and_calls_no_tool(
+    client: Client, orch: Orchestrator
+) -> None:
+    await client(KEY_A).post("/v1/sessions", json={"code": "1"})
+    await client(KEY_B).post("/v1/sessions", json={"code": "2"})
+    sessions = (await client(KEY_OPS).get("/v1/ops/sessions")).json()
+    conforms("/v1/ops/sessions", 200, sessions)
+    assert sessions["operator"] is True and sessions["tenant"] is None
+    assert sorted(s["tenant"] for s in sessions["sessions"]) == ["team-a", "team-b"]
+    audit = (await client(KEY_OPS).get("/v1/ops/audit")).json()
+    assert {e["tenant"] for e in audit["events"]} == {"team-a", "team-b"}
+    mine = (await client(KEY_A).get("/v1/ops/sessions")).json()
+    assert [s["tenant"] for s in mine["sessions"]] == ["team-a"] and mine["operator"] is False
+    refused = await client(KEY_OPS).post("/v1/sessions", json={"code": "1"})
+    assert refused.status_code == 403 and refused.json()["rule"] == "role.tenant"
 
 
 @pytest.mark.parametrize("limit", ["0", "201", "ten", "1.5", "٣"])

@@ -47,7 +47,12 @@ PACKAGE = Path(orchestrator.__file__).parent
 # Raised and handled inside sandhold only: the HTTP front answers it as 413, callers turn a
 # missing container into ``session_not_found`` for its session, and ``serve --config`` is the
 # command line's.
-NOT_EXPORTED = {"BodyTooLargeError", "ConfigFileError", "ContainerNotFoundError"}
+NOT_EXPORTED = {
+    "BodyTooLargeError",
+    "ConfigFileError",
+    "ContainerNotFoundError",
+    "UnsupportedEncodingError",
+}
 
 
 def _host_modules() -> list[Path]:
