@@ -11,7 +11,7 @@ import anyio
 from orchestrator.backend.docker import DockerClient
 from orchestrator.images._cache import build_lock
 from orchestrator.images.base import ensure_base_image
-from orchestrator.images.progress import BuildProgress, NullProgress
+from orchestrator.images.progress import ONE_TIME_BUILD, BuildProgress, NullProgress
 from orchestrator.images.wheels import fetch_wheels, probe_python
 from orchestrator.images.worker import (
     BUILD_TIMEOUT,
@@ -27,6 +27,9 @@ __all__ = ["ImageBuildResult", "ensure_worker_image"]
 
 # Waiting for another process's build of the same worker image: its own bound, and some.
 WORKER_LOCK_TIMEOUT = BUILD_TIMEOUT + 60.0
+# Said before the worker image is built: the worker's files copied and psutil installed from its
+# wheel with the network off, seconds to a minute on 2 cores.
+WORKER_BUILD_ESTIMATE = "a minute or less"
 STEP_BASE = "base image"
 STEP_PYTHON = "python in base"
 STEP_WHEELS = "psutil wheels"
@@ -100,6 +103,9 @@ async def _build_once(
     async with build_lock(lock, timeout=WORKER_LOCK_TIMEOUT, progress=progress):
         if await image_is_current(client, worker_tag(inputs_hash), inputs_hash):
             return False
+        notice = f"{ONE_TIME_BUILD} of the worker image: about {WORKER_BUILD_ESTIMATE}"
+        progress.step(notice)
+        progress.done(notice)
         await build_worker_image(
             client, inputs=inputs, base_ref=base_ref, inputs_hash=inputs_hash, progress=progress
         )

@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
-__all__ = ["BuildProgress", "LoggingProgress", "NullProgress", "watched", "watching_builds"]
+__all__ = [
+    "ONE_TIME_BUILD",
+    "BuildProgress",
+    "LoggingProgress",
+    "NullProgress",
+    "watched",
+    "watching_builds",
+]
 
 
 class BuildProgress(Protocol):
@@ -63,6 +70,9 @@ class LoggingProgress:
         self._log.info("%s: %s done", self._what, name)
 
 
+# How the step that announces a build starts: what a watcher hears first.
+ONE_TIME_BUILD = "one-time build"
+
 _watcher: ContextVar[BuildProgress | None] = ContextVar("sandhold_build_watcher", default=None)
 
 
@@ -78,9 +88,30 @@ def watching_builds(progress: BuildProgress) -> Iterator[None]:
 
 
 def watched(progress: BuildProgress) -> BuildProgress:
-    """``progress``, and the watcher of the calling context when there is one."""
+    """``progress``, and the watcher of the calling context when there is one: the watcher
+    hears a build from its announcement on (a step starting with ``ONE_TIME_BUILD``), and
+    nothing of an image found current."""
     watcher = _watcher.get()
-    return progress if watcher is None else _Both(progress, watcher)
+    return progress if watcher is None else _Both(progress, _FromAnnouncement(watcher))
+
+
+class _FromAnnouncement:
+    def __init__(self, inner: BuildProgress) -> None:
+        self._inner = inner
+        self._building = False
+
+    def step(self, name: str) -> None:
+        self._building = self._building or name.startswith(ONE_TIME_BUILD)
+        if self._building:
+            self._inner.step(name)
+
+    def log(self, line: str) -> None:
+        if self._building:
+            self._inner.log(line)
+
+    def done(self, name: str) -> None:
+        if self._building:
+            self._inner.done(name)
 
 
 class _Both:

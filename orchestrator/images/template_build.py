@@ -26,7 +26,7 @@ from orchestrator.errors import ImageError, TemplateFileError
 from orchestrator.images._cache import build_lock
 from orchestrator.images._engine_build import build_blocking
 from orchestrator.images.lockfile import Pin, lock_digest, parse_lock, render_lock
-from orchestrator.images.progress import BuildProgress
+from orchestrator.images.progress import ONE_TIME_BUILD, BuildProgress
 from orchestrator.images.template_wheels import fetch_template_wheels, probe_target
 from orchestrator.images.templates import (
     BASE,
@@ -252,7 +252,7 @@ def first_use_notice(template: Template) -> str:
     seconds = max(MIN_BUILD_ESTIMATE_S, BUILD_SECONDS_PER_PIN * len(template.pins))
     about = f"{seconds / 60:.1f} min" if seconds >= 60 else f"{round(seconds, -1):.0f} s"
     return (
-        f"one-time build of template {template.name}: about {about}; later sessions start at once"
+        f"{ONE_TIME_BUILD} of template {template.name}: about {about}; later sessions start at once"
     )
 
 
