@@ -166,7 +166,7 @@ class BashAdapter:
 
 class _Pipe:
     """One of bash's output pipes during a cell: what comes before the marker, kept up to the
-    stream cap and streamed as it comes; the tail that may be the start of the marker is held
+    stream cap and streamed as it comes; a tail that may be the start of the marker is held
     back until the next read tells."""
 
     def __init__(self, fd: int, token: bytes, limit: int, sink: Sink | None, index: int) -> None:
@@ -189,9 +189,9 @@ class _Pipe:
         self._pending += data
         at = self._pending.find(self._token)
         if at < 0:
-            hold = len(self._token) - 1
-            self._emit(self._pending[:-hold] if len(self._pending) > hold else b"")
-            self._pending = self._pending[-hold:] if len(self._pending) > hold else self._pending
+            hold = _partial_marker(self._pending, self._token)
+            self._emit(self._pending[: len(self._pending) - hold])
+            self._pending = self._pending[len(self._pending) - hold :]
             return
         end = self._pending.find(b"\n", at)
         if end < 0:
@@ -210,6 +210,15 @@ class _Pipe:
             self.kept += data[:room]
             if self._sink is not None:
                 self._sink(self._index, data[:room])
+
+
+def _partial_marker(data: bytes, token: bytes) -> int:
+    """How many bytes at the end of ``data`` may be the start of ``token`` (held back until the
+    next read says whether they are)."""
+    for length in range(min(len(token) - 1, len(data)), 0, -1):
+        if token.startswith(data[-length:]):
+            return length
+    return 0
 
 
 def _reply(
