@@ -24,6 +24,7 @@ import pydantic
 
 from orchestrator._core.data_dir import TENANTS_FILE
 from orchestrator._core.tenants import (
+    OperatorConfig,
     TenantConfig,
     TenantQuotas,
     TenantsFile,
@@ -36,9 +37,11 @@ from orchestrator.policy._validation import first_problem
 
 __all__ = [
     "TENANTS_FILE",
+    "add_operator",
     "add_tenant",
     "format_tenants_file",
     "parse_quotas",
+    "read_operators",
     "read_tenants",
     "rotate_key",
 ]
@@ -71,6 +74,31 @@ def read_tenants(path: Path) -> list[TenantConfig]:
     return list(load_tenants_file(path).tenant)
 
 
+def read_operators(path: Path) -> list[OperatorConfig]:
+    """The operators of ``path``; none when it does not exist yet."""
+    if not path.exists():
+        return []
+    return list(load_tenants_file(path).operator)
+
+
+def add_operator(path: Path, name: str) -> str:
+    """Add operator ``name`` to ``path`` with a new key; returns the key. A tenants file holds
+    at least one tenant, so the file must have one already."""
+    key = new_key()
+    with _locked(path):
+        tenants, operators = read_tenants(path), read_operators(path)
+        if name in _names(tenants, operators):
+            raise InvalidArgumentError(f"{path}: {name!r} exists (`sandhold tenant rotate`)")
+        if not tenants:
+            raise InvalidArgumentError(f"{path}: add a tenant first (`sandhold tenant add`)")
+        try:
+            entry = OperatorConfig(name=name, key_sha256=hash_key(key))
+        except pydantic.ValidationError as exc:
+            raise TenantsFileError(str(path), *first_problem(exc)) from None
+        _write(path, tenants, [*operators, entry])
+    return key
+
+
 def add_tenant(
     path: Path,
     name: str,
@@ -83,7 +111,7 @@ def add_tenant(
     key = new_key()
     with _locked(path):
         tenants = read_tenants(path)
-        if any(t.name == name for t in tenants):
+        if name in _names(tenants, read_operators(path)):
             raise InvalidArgumentError(
                 f"{path}: tenant {name!r} exists (`sandhold tenant rotate` gives it a new key)"
             )
@@ -97,23 +125,29 @@ def add_tenant(
                 "egress_allow": egress_allow,
             },
         )
-        _write(path, [*tenants, entry])
+        _write(path, [*tenants, entry], read_operators(path))
     return key
 
 
 def rotate_key(path: Path, name: str) -> str:
-    """Give tenant ``name`` a new key (the old one stops working once the server reloads)."""
+    """Give tenant or operator ``name`` a new key (the old one stops working once the server
+    reloads)."""
     key = new_key()
+    new = {"key_sha256": hash_key(key)}
     with _locked(path):
-        tenants = read_tenants(path)
-        if not any(t.name == name for t in tenants):
-            raise InvalidArgumentError(f"{path}: no tenant named {name!r}")
-        changed = [
-            t.model_copy(update={"key_sha256": hash_key(key)}) if t.name == name else t
-            for t in tenants
-        ]
-        _write(path, changed)
+        tenants, operators = read_tenants(path), read_operators(path)
+        if name not in _names(tenants, operators):
+            raise InvalidArgumentError(f"{path}: no tenant or operator named {name!r}")
+        _write(
+            path,
+            [t.model_copy(update=new) if t.name == name else t for t in tenants],
+            [o.model_copy(update=new) if o.name == name else o for o in operators],
+        )
     return key
+
+
+def _names(tenants: list[TenantConfig], operators: list[OperatorConfig]) -> set[str]:
+    return {t.name for t in tenants} | {o.name for o in operators}
 
 
 def _validated(path: Path, fields: Mapping[str, Any]) -> TenantConfig:
@@ -123,10 +157,12 @@ def _validated(path: Path, fields: Mapping[str, Any]) -> TenantConfig:
         raise TenantsFileError(str(path), *first_problem(exc)) from None
 
 
-def format_tenants_file(tenants: list[TenantConfig]) -> str:
+def format_tenants_file(
+    tenants: list[TenantConfig], operators: list[OperatorConfig] | None = None
+) -> str:
     """The file's text: one ``[[tenant]]`` table each, policies, egress cap and quotas only
-    where set. Every value is a name, a rule, a hex digest or a number, which JSON and TOML
-    spell alike."""
+    where set, then one ``[[operator]]`` each. Every value is a name, a rule, a hex digest or a
+    number, which JSON and TOML spell alike."""
     parts = [HEADER]
     for tenant in tenants:
         lines = ["", "[[tenant]]", f"name = {json.dumps(tenant.name)}"]
@@ -140,12 +176,19 @@ def format_tenants_file(tenants: list[TenantConfig]) -> str:
             lines.append("[tenant.quotas]")
             lines += [f"{quota} = {json.dumps(value)}" for quota, value in quotas.items()]
         parts.append("\n".join(lines) + "\n")
+    for operator in operators or []:
+        lines = ["", "[[operator]]", f"name = {json.dumps(operator.name)}"]
+        lines.append(f"key_sha256 = {json.dumps(operator.key_sha256)}")
+        parts.append("\n".join(lines) + "\n")
     return "".join(parts)
 
 
-def _write(path: Path, tenants: list[TenantConfig]) -> None:
-    TenantsFile(tenant=tenants)  # the whole file is valid before it replaces the old one
-    text = format_tenants_file(tenants)
+def _write(
+    path: Path, tenants: list[TenantConfig], operators: list[OperatorConfig] | None = None
+) -> None:
+    # The whole file is valid before it replaces the old one.
+    TenantsFile(tenant=tenants, operator=operators or [])
+    text = format_tenants_file(tenants, operators)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
     draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     try:

@@ -54,12 +54,30 @@ def tenant_add(
             "sessions may reach; default: what each policy allows."
         ),
     ] = None,
+    operator: Annotated[
+        bool,
+        typer.Option(
+            "--operator",
+            help="An operator of the server, not a tenant: its key reads /metrics and every "
+            "tenant's sessions and audit records (/ui), and makes no tool calls.",
+        ),
+    ] = False,
     tenants: TenantsOption = None,
 ) -> None:
-    """Add a tenant with a new API key, printed once."""
-    from orchestrator._core.tenant_admin import add_tenant, parse_quotas
+    """Add a tenant (or, with --operator, an operator) with a new API key, printed once."""
+    from orchestrator._core.tenant_admin import add_operator, add_tenant, parse_quotas
 
     path = tenants or default_tenants_file()
+    if operator:
+        if policies is not None or quota or egress_allow is not None:
+            raise typer.BadParameter("an operator has no policies, quotas or egress cap")
+        with reported_errors():
+            key = add_operator(path, name)
+        typer.echo(
+            f"sandhold: operator {name!r} added to {path}; its API key (shown once):", err=True
+        )
+        typer.echo(key)
+        return
     with reported_errors():
         allowed = _policies(policies)
         cap = None
@@ -77,8 +95,8 @@ def tenant_rotate(
     name: Annotated[str, typer.Argument(help="The tenant whose key to replace.")],
     tenants: TenantsOption = None,
 ) -> None:
-    """Give a tenant a new API key, printed once; the old one stops working once serve reloads
-    (SIGHUP) or restarts."""
+    """Give a tenant (or an operator) a new API key, printed once; the old one stops working
+    once serve reloads (SIGHUP) or restarts."""
     from orchestrator._core.tenant_admin import rotate_key
 
     path = tenants or default_tenants_file()
@@ -93,12 +111,13 @@ def tenant_list(
     tenants: TenantsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """The tenants: names, policies, quotas and egress caps (never keys)."""
-    from orchestrator._core.tenant_admin import read_tenants
+    """The tenants: names, policies, quotas and egress caps (never keys); and the operators."""
+    from orchestrator._core.tenant_admin import read_operators, read_tenants
 
     path = tenants or default_tenants_file()
     with reported_errors():
         found = read_tenants(path)
+        operators = [o.name for o in read_operators(path)]
     rows: list[dict[str, Any]] = [
         {
             "name": t.name,
@@ -109,7 +128,9 @@ def tenant_list(
         for t in found
     ]
     if as_json:
-        stdout.print(json.dumps(rows, indent=2), markup=False)
+        # Operators are rows too, marked as such (a tenant row has no "operator" key).
+        listed = rows + [{"name": name, "operator": True} for name in operators]
+        stdout.print(json.dumps(listed, indent=2), markup=False)
         return
     for row in rows:
         allowed = "any" if row["policies"] is None else ",".join(row["policies"]) or "none"
@@ -117,6 +138,8 @@ def tenant_list(
         rules = row["egress_allow"]
         cap = "" if rules is None else "\tegress_allow=" + ",".join(rules)
         stdout.print(f"{row['name']}\tpolicies={allowed}\tquotas: {quotas}{cap}", markup=False)
+    for name in operators:
+        stdout.print(f"{name}\toperator", markup=False)
 
 
 def _policies(text: str | None) -> tuple[str, ...] | None:

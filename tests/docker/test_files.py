@@ -326,7 +326,7 @@ async def test_removing_what_is_not_there_is_refused_as_reading_it_is(
         await files.read("missing.txt")
     with pytest.raises(InvalidArgumentError) as removing:
         await files.remove("missing.txt")
-    assert removing.value.code == reading.value.code == "invalid_argument"
+    assert removing.value.code == reading.value.code == "path_not_found"
     assert "no such file" in str(removing.value) and "no such file" in str(reading.value)
 
 

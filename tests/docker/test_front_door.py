@@ -31,6 +31,7 @@ import psutil
 import pytest
 
 from orchestrator._core.tenants import hash_key, new_key
+from orchestrator.http._rest_surface import OPERATOR_PATHS
 from orchestrator.images import ImageBuildResult
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
 
@@ -432,3 +433,78 @@ def test_e2b_metadata_is_bounded_and_listings_are_paginated(served: Served) -> N
         finally:
             for m in made:
                 http.delete(f"/sandboxes/{m.json()['sandboxID']}")
+
+
+def _every_route(keys: dict[str, str]) -> list[tuple[str, str, str]]:
+    """Every (surface, method, path) the server's two apps route, read from the apps as
+    ``sandhold serve`` builds them: a route added later is listed here without a change."""
+    from starlette.routing import Route
+
+    from orchestrator._api import Orchestrator
+    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator._core.tenants import TenantKeys
+    from orchestrator.e2b import build_e2b_app
+    from orchestrator.http import FrontDoor, build_app
+
+    orchestrator = Orchestrator(OrchestratorConfig())  # built, never started: only routes read
+    tenants = TenantKeys.single("team-a", keys["team-a"])
+    rest, e2b = build_app(orchestrator, tenants), build_e2b_app(orchestrator, tenants)
+    assert isinstance(rest, FrontDoor) and isinstance(e2b, FrontDoor)
+    found: list[tuple[str, str, str]] = []
+
+    def starlette(surface: str, routes: list[Any]) -> None:
+        for route in routes:
+            assert isinstance(route, Route), route
+            path = re.sub(r"{(\w+)(:\w+)?}", "x", route.path)
+            path = "/v1/python_repl" if route.path == "/v1/{tool}" else path
+            found.extend((surface, m, path) for m in sorted(route.methods or ()) if m != "HEAD")
+
+    inner: Any = rest.app
+    while not hasattr(inner, "routes"):
+        inner = inner.app
+    starlette("rest", inner.routes)
+    app: Any = e2b.app
+    starlette("e2b-control", app.control.routes)
+    starlette("envd", app.envd_http.routes)
+    starlette("interpreter", app.interpreter.routes)
+    for rpc in (app.process, app.filesystem):
+        found.extend(("envd", "POST", path) for path in rpc._endpoints(rpc._service))
+    return found
+
+
+def test_every_route_of_every_surface_is_behind_the_front_door(
+    served: Served, sandbox: Sandbox
+) -> None:
+    from orchestrator.cli._serving import _Server
+    from orchestrator.http import HttpLimitsConfig
+
+    # The server listens on its two ports and no other: the two apps below are all it serves.
+    listening = {
+        c.laddr.port
+        for c in psutil.Process(served.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening == {int(served.rest.rsplit(":", 1)[1]), int(served.e2b.rsplit(":", 1)[1])}
+    with pytest.raises(TypeError, match="front door"):
+        _Server(lambda scope, receive, send: None, limits=HttpLimitsConfig())
+    data = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": sandbox.token}
+    base = {
+        "rest": (served.rest, {"Authorization": f"Bearer {served.keys['team-a']}"}),
+        "e2b-control": (served.e2b, {"X-API-Key": served.keys["team-a"]}),
+        "envd": (served.e2b, data),
+        "interpreter": (served.e2b, {**data, "E2b-Sandbox-Port": "49999"}),
+    }
+    routes = _every_route(served.keys)
+    assert len(routes) > 40, routes
+    operator = {"Authorization": f"Bearer {served.keys['ops']}"}
+    answers = {}
+    with httpx.Client(timeout=CALL_TIMEOUT) as http:
+        for surface, method, path in routes:
+            url, headers = base[surface]
+            if surface == "rest" and path in OPERATOR_PATHS:
+                headers = operator
+            response = http.request(
+                method, url + path, content=b"{}", headers={**headers, "Content-Encoding": "br"}
+            )
+            answers[(surface, method, path)] = response.status_code
+    assert {route: 415 for route in answers} == answers

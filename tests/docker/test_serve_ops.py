@@ -193,7 +193,7 @@ async def test_json_logs_parse_line_by_line_and_share_the_call_id_with_header_an
         for segment in sorted(audit_dir.glob("audit-*.jsonl"))
         for line in segment.read_text().splitlines()
     ]
-    (audited,) = [r for r in records if r.get("call_id") == call_id]
+    (audited,) = [r for r in records if r.get("call_id") == call_id and r["kind"] == "call"]
     assert audited["session_id"] == session_id and audited["operation"] == "execute"
 
 
@@ -241,6 +241,34 @@ async def test_tenant_add_makes_a_key_that_serve_accepts_from_the_default_tenant
     assert made.status_code == 200 and made.json()["result_repr"] == "2", made.text
     assert wrong.status_code == 401
     assert not (data_dir / "api-key").exists()  # no local tenant beside a tenants file
+
+
+async def test_an_operator_added_by_the_cli_reads_metrics_and_every_tenant_a_tenant_cannot(
+    worker_image: ImageBuildResult, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    tenant = sandhold(data_dir, "tenant", "add", "team-a").stdout.strip()
+    added = sandhold(data_dir, "tenant", "add", "ops", "--operator")
+    assert added.returncode == 0, added.stderr
+    operator = added.stdout.strip()
+    listed = json.loads(sandhold(data_dir, "tenant", "list", "--json").stdout)
+    assert {"name": "ops", "operator": True} in listed
+    async with running(worker_image.tag, tmp_path, data_dir=data_dir) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=CALL_TIMEOUT) as http:
+            as_tenant = {"Authorization": f"Bearer {tenant}"}
+            as_operator = {"Authorization": f"Bearer {operator}"}
+            with anyio.fail_after(CALL_TIMEOUT):
+                made = await http.post("/v1/sessions", json={"code": "1"}, headers=as_tenant)
+                refused = await http.get("/metrics", headers=as_tenant)
+                scraped = await http.get("/metrics", headers=as_operator)
+                everyone = await http.get("/v1/ops/sessions", headers=as_operator)
+                no_calls = await http.post("/v1/sessions", json={"code": "1"}, headers=as_operator)
+        await stop(server)
+    assert made.status_code == 200
+    assert refused.status_code == 403 and refused.json()["rule"] == "role.operator"
+    assert scraped.status_code == 200 and 'tenant="team-a"' in scraped.text
+    assert [s["tenant"] for s in everyone.json()["sessions"]] == ["team-a"]
+    assert no_calls.status_code == 403 and no_calls.json()["rule"] == "role.tenant"
 
 
 def test_tenant_add_refuses_an_unknown_quota_and_a_second_tenant_of_one_name(

@@ -74,3 +74,25 @@ def test_concurrent_additions_are_all_kept(tmp_path: Path) -> None:
     for thread in threads:
         thread.join(timeout=30)
     assert sorted(t.name for t in read_tenants(path)) == names
+
+
+def test_an_operator_key_is_no_tenants_and_survives_every_rewrite(tmp_path: Path) -> None:
+    from orchestrator._core.tenant_admin import add_operator, read_operators
+
+    path = tmp_path / "tenants.toml"
+    with pytest.raises(InvalidArgumentError, match="add a tenant first"):
+        add_operator(path, "ops")
+    tenant = add_tenant(path, "team-a")
+    operator = add_operator(path, "ops")
+    with pytest.raises(InvalidArgumentError, match="exists"):
+        add_tenant(path, "ops")
+    add_tenant(path, "team-b")
+    keys = TenantKeys.from_file(path)
+    assert keys.role_for(operator) == ("ops", None, True)
+    assert keys.tenant_for(operator) is None
+    assert keys.role_for(tenant) == ("team-a", "team-a", False)
+    rotated = rotate_key(path, "ops")
+    keys = TenantKeys.from_file(path)
+    assert keys.role_for(operator) is None and keys.role_for(rotated) == ("ops", None, True)
+    assert [o.name for o in read_operators(path)] == ["ops"]
+    assert operator not in path.read_text() and rotated not in path.read_text()
