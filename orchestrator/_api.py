@@ -89,6 +89,8 @@ class Orchestrator(PythonReplManager):
                     error = InvalidArgumentError(f"tool must be one of: {', '.join(TOOLS)}")
                     result = ToolResult({"success": False, **error.to_dict()}, str(error))
                 else:
+                    if self._audit is not None:
+                        await self._audit_begin(found.name, arguments, tenant, context)
                     with task_scope(task):
                         result = await call_tool(self, found, arguments, tenant=tenant)
         finally:
@@ -124,6 +126,24 @@ class Orchestrator(PythonReplManager):
                     "session": session_id if isinstance(session_id, str) else None,
                 },
             )  # fmt: skip
+
+    async def _audit_begin(
+        self, tool: str, arguments: Any, tenant: str | None, context: CallContext
+    ) -> None:
+        """The record that the call begins; its end is ``_audit_call``'s."""
+        assert self._audit is not None
+        args = arguments if isinstance(arguments, dict) else {}
+        operation, session_id = args.get("operation"), args.get("session_id")
+        try:
+            await self._audit.record_begin(
+                tenant=tenant or self.config.tenant,
+                tool=tool,
+                operation=str(operation)[:64] if operation is not None else None,
+                session_id=session_id if isinstance(session_id, str) else None,
+                call_id=context.call_id,
+            )
+        except OrchestratorError as exc:
+            log.error("audit log could not record the start of %s.%s: %s", tool, operation, exc)
 
     async def _audit_call(
         self,

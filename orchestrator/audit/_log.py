@@ -206,11 +206,41 @@ class AuditLog:
         if bound.cancelled_caught:
             raise AuditLogError(f"the audit log did not take a record within {RECORD_TIMEOUT:g} s")
 
-    def _append(self, **call: Any) -> None:
+    async def record_begin(
+        self,
+        *,
+        tenant: str,
+        tool: str,
+        operation: str | None,
+        session_id: str | None,
+        call_id: str,
+    ) -> None:
+        """Say that a call begins (``kind: call_begin``), before it runs: a process stopped
+        during it (``kill -9``) leaves this record with no ``call`` record of its ``call_id``,
+        which ``verify`` names. Bounded and shielded like ``record``."""
+        append = partial(
+            self._append,
+            kind="call_begin",
+            tenant=tenant,
+            tool=tool,
+            operation=operation,
+            session_id=session_id,
+            arguments={},
+            call_id=call_id,
+            recent=False,
+        )
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_TIMEOUT) as bound:
+            await anyio.to_thread.run_sync(append, abandon_on_cancel=True)
+        if bound.cancelled_caught:
+            raise AuditLogError(f"the audit log did not take a record within {RECORD_TIMEOUT:g} s")
+
+    def _append(self, *, recent: bool = True, **call: Any) -> None:
         with self._lock:
             if self._closed:
                 raise AuditLogError("the audit log is closed")
-            self.recent.add(self._writer.append_call(**call))
+            written = self._writer.append_call(**call)
+            if recent:
+                self.recent.add(written)
 
     async def aclose(self) -> None:
         """Flush and close; idempotent."""

@@ -2,11 +2,14 @@
 
 ``verify`` reads a log directory (or one segment file) line by line and checks every record's
 hash, sequence number, link to the record before it and place in its segment; a partial last
-line is a problem unless the next segment's first record acknowledges exactly those bytes.
+line is a problem unless the next segment's first record acknowledges exactly those bytes. A
+call's ``call_begin`` record with no ``call`` record of the same ``call_id`` after it is a call
+the process stopped during (``kill -9``, a crash): a note names each, not a problem.
 
 Invariants:
-- Read-only, and memory bounded by one line plus ``MAX_PROBLEMS`` problems: a log of any size
-  verifies, and a wrecked one only counts the problems past that.
+- Read-only, and memory bounded by one line plus ``MAX_PROBLEMS`` problems and the calls begun
+  but not yet ended at any point: a log of any size verifies, and a wrecked one only counts the
+  problems past that.
 - A malformed line is one problem, not one per record after it: the chain is picked up again
   from the next readable record, whose link back across the bad line goes unchecked. A single
   segment file not starting the log is checked from its first record on, and a note says its
@@ -39,6 +42,8 @@ __all__ = ["MAX_PROBLEMS", "AuditProblem", "VerifyReport", "verify"]
 
 # A wrecked log would give one problem per line; past this many they are only counted.
 MAX_PROBLEMS: Final = 1000
+# Calls begun with no recorded end are counted; this many are named in the note.
+MAX_UNFINISHED_SHOWN: Final = 50
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ class _Checker:
         self.last_place = ("", 0)
         self.problems: list[AuditProblem] = []
         self.notes: list[str] = []
+        # Calls begun (``call_begin``) whose end record has not come yet, by call id.
+        self.begun: dict[str, str] = {}
 
     def problem(self, segment: str, line: int, seq: int | None, kind: str, detail: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -179,6 +186,7 @@ class _Checker:
             detail = f"its prev is not the hash of {before}: a record was changed, removed or "
             self.problem(name, line, seq, "chain", detail + "inserted between them")
         self._check_place(name, number, line, record)
+        self._follow_call(name, line, record)
         self.expected_seq, self.expected_prev = seq + 1, record["hash"]
         self.last_seq, self.last_hash, self.last_place = seq, record["hash"], (name, line)
 
@@ -230,9 +238,25 @@ class _Checker:
         detail = f"partial line ({torn.length} bytes at offset {torn.offset}) not recorded by the "
         self.problem(torn.segment, torn.line, None, "torn_tail", detail + "next segment")
 
+    def _follow_call(self, name: str, line: int, record: Mapping[str, Any]) -> None:
+        call_id = record.get("call_id")
+        if not isinstance(call_id, str):
+            return
+        if record.get("kind") == "call_begin":
+            what = f"{record.get('tool')}.{record.get('operation')}"
+            self.begun[call_id] = f"{call_id} ({what}, {name} line {line})"
+        elif record.get("kind") == "call":
+            self.begun.pop(call_id, None)
+
     def report(self, expect_head: str | None) -> VerifyReport:
         if self.pending_torn is not None:
             self._unacknowledged(self.pending_torn)
+        if self.begun:
+            shown = list(self.begun.values())[:MAX_UNFINISHED_SHOWN]
+            self.notes.append(
+                f"{len(self.begun)} call(s) begun with no recorded end (the process stopped "
+                f"during them): {'; '.join(shown)}"
+            )
         if expect_head is not None and expect_head != self.last_hash:
             where, at = self.last_place
             detail = f"the last hash is {self.last_hash}, expected {expect_head}: records were "
