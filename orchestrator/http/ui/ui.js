@@ -148,7 +148,7 @@
     }
     byId("session-count").textContent = `(${answer.count})`;
     byId("no-sessions").hidden = answer.count > 0;
-    byId("who").textContent = `tenant ${text(answer.tenant)}`;
+    byId("who").textContent = answer.operator ? "operator: every tenant" : `tenant ${text(answer.tenant)}`;
   }
 
   function removeRow(id, entry) {
@@ -158,6 +158,13 @@
 
   function renderPools(answer) {
     const body = byId("pools").tBodies[0];
+    if (answer === null) {
+      // A tenant's key: the pools and the server's load are the operator's to see.
+      body.replaceChildren();
+      byId("no-pools").hidden = true;
+      byId("capacity").textContent = "Warm pools and the server's load: an operator's key shows them.";
+      return;
+    }
     body.replaceChildren(
       ...answer.pools.map((pool) => {
         const row = document.createElement("tr");
@@ -200,7 +207,10 @@
     try {
       const [sessions, pools, audit] = await Promise.all([
         api("GET", "v1/ops/sessions"),
-        api("GET", "v1/ops/pools"),
+        api("GET", "v1/ops/pools").catch((error) => {
+          if (error.status === 403) return null;
+          throw error;
+        }),
         api("GET", `v1/ops/audit?limit=${AUDIT_LIMIT}`),
       ]);
       if (mine !== generation) return;
