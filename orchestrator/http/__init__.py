@@ -1,14 +1,17 @@
 """The HTTP API: REST over the tool layer, an OpenAPI document, API keys, terminal output as
-server-sent events, and an operations page. No logic of its own: every ``/v1`` route is one
-``Orchestrator.call``, but for the operations routes, which read the orchestrator's state.
+server-sent events, an operations page, and the one front door (``_front``) every HTTP surface
+of ``sandhold serve`` goes through, the E2B port's included. No logic of its own: every ``/v1``
+route is one ``Orchestrator.call``, but for the operations routes, which read the orchestrator's
+state.
 
-Routes (all need ``Authorization: Bearer <key>`` except ``/healthz``, ``/readyz``, the ``/ui``
-page's files, and ``/.well-known/*``, which answers 404: there is no OAuth discovery to find):
+Routes (all need a key, ``Authorization: Bearer <key>`` or ``X-API-Key``, except ``/healthz``,
+``/readyz``, the ``/ui`` page's files, and ``/.well-known/*``, which answers 404: there is no
+OAuth discovery to find):
 
     GET    /healthz                              liveness
     GET    /readyz                               readiness: engine, image, registry (no key)
     GET    /openapi.json                         OpenAPI 3.1, made from the tool schemas
-    GET    /metrics                              Prometheus text format (any valid key)
+    GET    /metrics                              Prometheus text format (an operator's key)
     POST   /v1/{tool}                            any tool call: the MCP tool's arguments
     GET    /v1/sessions                          python_repl list_sessions
     POST   /v1/sessions                          python_repl execute in a new session
@@ -19,24 +22,29 @@ page's files, and ``/.well-known/*``, which answers 404: there is no OAuth disco
     GET    /v1/processes?session_id=             process list
     GET    /v1/terminals/{terminal_id}?since_offset=   terminal read
     GET    /v1/terminals/{terminal_id}/events?since_offset=   terminal wait, as SSE
-    GET    /v1/ops/sessions                      the tenant's sessions, with CPU and memory
-    GET    /v1/ops/pools                         warm pools, sessions held, the maximum
-    GET    /v1/ops/audit?limit=                  the tenant's latest audit records
+    GET    /v1/ops/sessions                      sessions with CPU and memory (tenant: its own;
+                                                 operator: every tenant's)
+    GET    /v1/ops/pools                         warm pools, sessions held (an operator's key)
+    GET    /v1/ops/audit?limit=                  latest audit records (as for sessions)
     GET    /ui                                   the operations page (``_ui``; no key to load)
     *      /mcp                                  MCP streamable HTTP (when mcp_server is there)
 
-The server (``HttpServer``) holds connections within ``HttpLimitsConfig``: header and
-keep-alive deadlines, a connection limit overall and per address, an accept loop that pauses
-when descriptors run out; wrong keys past a per-address budget and streams past a per-tenant
-limit are answered 429 (``rate_limited``, ``quota_exceeded``). ``limit_log_rate`` bounds logs.
+The front door (``Front``, ``FrontDoor``, one ``Surface`` per port): keys to tenants or
+operators, wrong keys past a per-address budget answered 429 ``rate_limited``, every body read
+through one bounded reader (``_bodies``: 413 past the raw or decoded cap, 415 for an encoding
+not taken, 400 past the JSON depth), held-open streams per tenant past
+``max_streams_per_tenant`` answered 429 ``quota_exceeded``, and each surface's status table
+(``_statuses``). The server (``HttpServer``) holds connections within ``HttpLimitsConfig``.
+``limit_log_rate`` bounds logs.
 
 Every answer's body is the structured result (``success`` first). The status: 200 for a tool's
 answer, including a failure of the work itself (the user's ZeroDivisionError, a timeout); for a
-failed request, by ``error_type``: invalid_argument 400, policy 403, session_not_found 404 (an
-unknown id and another tenant's alike), busy 409, quota_exceeded 429, internal 500,
-backend_unavailable 503; and 401 (``unauthenticated``; at ``/mcp`` also a JSON-RPC error, so
-MCP clients raise it as such), 413 for a body over the cap, 404/405 (``invalid_argument``) for an
-unknown route or method; 429 ``rate_limited`` past a budget of the client address.
+failed request, by ``error_type`` (``REST_STATUS``): invalid_argument 400, policy 403 (a key of
+the wrong role too), session_not_found and path_not_found 404 (an unknown id and another
+tenant's alike), busy 409, quota_exceeded 429, internal 500, backend_unavailable 503; and 401
+(``unauthenticated``; at ``/mcp`` also a JSON-RPC error, so MCP clients raise it as such), 413
+and 415 for a body refused by the reader, 404/405 (``invalid_argument``) for an unknown route or
+method; 429 ``rate_limited`` past a budget of the client address.
 """
 
 from typing import TYPE_CHECKING

@@ -32,8 +32,9 @@ MAX_CONNECTIONS_PER_CLIENT: Final = 128
 # they are answered 429 without being logged or audited one by one. Keys are 256-bit random,
 # so this is about what a flood costs the server, not about guessing.
 AUTH_FAILURES_PER_MINUTE: Final = 20
-# Held-open streams (terminal events, GET /mcp) of one tenant: each holds a connection and a
-# task for up to ten minutes; a few dozen cover every terminal a person or agent watches.
+# Held-open streams (terminal events, GET /mcp, E2B's command streams and /execute) of one
+# tenant, every port's together: each holds a connection and a task for up to ten minutes; a
+# few dozen cover every terminal a person or agent watches.
 MAX_STREAMS_PER_TENANT: Final = 32
 # Client addresses remembered at once for their budgets; the least recently seen is forgotten
 # first, which can only hand a forgotten address a full budget again.
