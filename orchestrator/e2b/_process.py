@@ -4,10 +4,12 @@ for ``pty.create``) and ``Connect`` stream its events, ``SendInput`` writes its 
 what was started and still runs.
 
 Every command is a terminal of the sandbox's session, made and read through the ``terminal``
-tool. A stream polls the terminal with ``wait`` (bounded by ``POLL_TIMEOUT_MS``) and sends a
-keepalive each time nothing came; it ends with the command, or when the client goes away (the
-command goes on running, as under envd, until it ends or is killed). A command's ``pid`` is a
-number of this server's, unique in its sandbox."""
+tool; the session starts it from its long-lived spawner (``session/served_spawner``), not an
+exec of its own, so a short command costs a few milliseconds. A stream polls the terminal with
+``wait`` (bounded by ``POLL_TIMEOUT_MS``) and sends a keepalive each time nothing came; it ends
+with the command, or when the client goes away (the command goes on running, as under envd,
+until it ends or is killed). A command's ``pid`` is a number of this server's, unique in its
+sandbox."""
 
 from __future__ import annotations
 
@@ -33,8 +35,9 @@ __all__ = ["ProcessService"]
 # How long one wait for output lasts; a keepalive goes out after each that saw none, so the
 # SDK's stream (and any proxy) never sits idle much longer than this.
 POLL_TIMEOUT_MS: Final = 5_000
-# A new terminal answers at once: its first output comes through the stream that follows.
-START_YIELD_MS: Final = 0
+# A new command's start answers at its first output or its end, or after this: a short command
+# is then one call with its output, and a silent one's start event is late by this at most.
+START_YIELD_MS: Final = 50
 SIGNALS: Final = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
 
 

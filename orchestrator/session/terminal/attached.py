@@ -1,4 +1,5 @@
-"""One terminal: an exec of ``bash -c COMMAND`` in a session container, its output and its state.
+"""One terminal: ``bash -c COMMAND`` in a session container (started by the session's spawner,
+``spawn_terminal``, or an exec of its own, ``open_terminal``), its output and its state.
 
 Each terminal is one exec as the sandbox user, with a PTY (one merged stream, input echoed,
 job-control keys) or with pipes (stdout and stderr merged as they arrive, stdin closable). It
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 
 from orchestrator.backend.base import STDERR, Backend, ExecSpec, ExecStream
 from orchestrator.errors import (
@@ -33,6 +35,7 @@ from orchestrator.errors import (
     InvalidArgumentError,
     OrchestratorError,
 )
+from orchestrator.session.served_spawner import ServedSpawner, SpawnedStream
 from orchestrator.session.terminal.args import ReadArgs, shorten
 from orchestrator.session.terminal.models import (
     TerminalResult,
@@ -42,7 +45,7 @@ from orchestrator.session.terminal.models import (
 )
 from orchestrator.session.terminal.output_buffer import OutputBuffer
 
-__all__ = ["Terminal", "open_terminal"]
+__all__ = ["Terminal", "open_terminal", "spawn_terminal"]
 
 # 128 bits: a terminal id is as good as a capability.
 TERMINAL_ID_BYTES = 16
@@ -112,6 +115,9 @@ class Terminal:
             raise InvalidArgumentError(f"terminal {self.id} has no PTY to resize")
         if self.state != "running":
             raise InvalidArgumentError(f"terminal {self.id} has exited")
+        if isinstance(self.stream, SpawnedStream):
+            await self.stream.resize(rows=rows, cols=cols)
+            return
         try:
             await backend.exec_resize(self.stream.exec_id, rows=rows, cols=cols)
         except BackendUnavailableError:
@@ -128,10 +134,13 @@ class Terminal:
             with contextlib.suppress(OrchestratorError, OSError, anyio.BrokenResourceError):
                 while (chunk := await self.stream.receive()) is not None:
                     self.buffer.append(chunk[1])
-            with contextlib.suppress(OrchestratorError):
-                exit_code = await backend.wait_exec_exit(
-                    self.stream.exec_id, timeout=EXIT_CODE_TIMEOUT
-                )
+            if isinstance(self.stream, SpawnedStream):
+                exit_code = self.stream.exit_code
+            else:
+                with contextlib.suppress(OrchestratorError):
+                    exit_code = await backend.wait_exec_exit(
+                        self.stream.exec_id, timeout=EXIT_CODE_TIMEOUT
+                    )
         finally:
             await self.stream.aclose()
             self.finish(exit_code, clock())
@@ -221,6 +230,36 @@ async def open_terminal(
         stream=stream,
         buffer=buffer,
         pid=pid,
+    )
+
+
+async def spawn_terminal(
+    spawner: ServedSpawner,
+    task_group: anyio.abc.TaskGroup,
+    command: str,
+    *,
+    use_pty: bool,
+    workdir: str,
+    env: dict[str, str],
+    max_buffer_bytes: int,
+) -> Terminal:
+    """``open_terminal``'s twin through the session's spawner: ``bash -c command`` started by
+    the long-lived helper (no exec), its pid the group's, its output through its stream."""
+    if use_pty:
+        env = {"TERM": PTY_TERM, **env}
+    stream = await spawner.spawn(
+        task_group,
+        ["bash", "-c", command],
+        env=env,
+        cwd=workdir,
+        pty=DEFAULT_PTY_SIZE if use_pty else None,
+    )
+    return Terminal(
+        id=f"term_{secrets.token_hex(TERMINAL_ID_BYTES)}",
+        use_pty=use_pty,
+        stream=stream,
+        buffer=OutputBuffer(max_bytes=max_buffer_bytes),
+        pid=stream.pid,
     )
 
 

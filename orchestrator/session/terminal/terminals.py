@@ -21,6 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import signal as signals
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -30,12 +32,18 @@ import anyio
 import anyio.abc
 
 from orchestrator.backend.base import WORKSPACE, Backend
-from orchestrator.errors import QuotaExceededError, SessionNotFoundError
+from orchestrator.errors import (
+    InvalidArgumentError,
+    OrchestratorError,
+    QuotaExceededError,
+    SessionNotFoundError,
+)
 from orchestrator.policy.arguments import check_flag, check_id, check_int
 from orchestrator.policy.commands import enforce
 from orchestrator.policy.env import check_env, merged_env
 from orchestrator.policy.model import Policy
 from orchestrator.session.paths import workspace_path
+from orchestrator.session.served_spawner import ServedSpawner, SpawnedStream
 from orchestrator.session.signals import (
     signal_name,
     signal_process_group,
@@ -51,7 +59,7 @@ from orchestrator.session.terminal.args import (
     read_args,
     shorten,
 )
-from orchestrator.session.terminal.attached import Terminal, open_terminal
+from orchestrator.session.terminal.attached import Terminal, spawn_terminal
 from orchestrator.session.terminal.models import TerminalResult, TerminalState, TerminalStatus
 
 __all__ = [
@@ -96,6 +104,8 @@ class SessionTerminals:
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
         self._host: anyio.abc.TaskGroup | None = None
+        # Starts every command from one long-lived helper in the container (no exec each).
+        self._spawner = ServedSpawner(backend, container_id)
         # The owning tenant's own terminals_per_session quota, when lower than the policy's.
         self.tenant_cap: int | None = None
         # Told each new terminal id, so the manager finds the session by it on every path.
@@ -263,6 +273,7 @@ class SessionTerminals:
                             tg.start_soon(self._signal_quietly, term, "KILL")
             for term in terms:
                 await term.stream.aclose()
+            await self._spawner.aclose()
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
 
@@ -290,9 +301,9 @@ class SessionTerminals:
     async def _launch(
         self, command: str, use_pty: bool, workdir: str, env: dict[str, str]
     ) -> Terminal:
-        term = await open_terminal(
-            self._backend,
-            self._container_id,
+        term = await spawn_terminal(
+            self._spawner,
+            self._task_group(),
             command,
             use_pty=use_pty,
             workdir=workdir,
@@ -336,7 +347,16 @@ class SessionTerminals:
         await term.stream.aclose()
 
     async def _signal(self, term: Terminal, name: str) -> bool:
+        if isinstance(term.stream, SpawnedStream):
+            try:
+                return await term.stream.signal(signals.Signals[f"SIG{name}"].value)
+            except InvalidArgumentError:  # ended meanwhile: no group left to signal
+                return False
         return await signal_process_group(self._backend, self._container_id, term.pid, name)
 
     async def _signal_quietly(self, term: Terminal, name: str) -> None:
+        if isinstance(term.stream, SpawnedStream):
+            with contextlib.suppress(OrchestratorError), anyio.move_on_after(KILL_CONFIRM_TIMEOUT):
+                await term.stream.signal(signals.Signals[f"SIG{name}"].value)
+            return
         await signal_process_group_quietly(self._backend, self._container_id, term.pid, name)
