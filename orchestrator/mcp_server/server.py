@@ -207,21 +207,21 @@ def build_mcp_server(
 def mcp_tool(tool: Tool) -> types.Tool:
     """A tool of the contract as MCP lists it: schemas, title and hints (see ``Tool``; its read
     operations are in the tool reference). A model reads the list on every turn, so a hint is
-    sent only where it differs from MCP's default (destructive, open world, not idempotent),
-    ``readOnlyHint`` always, and the title once."""
-    read_only = tool.read_only
+    sent only where it differs from MCP's default (not read-only, destructive, not idempotent,
+    open world), no ``annotations`` when none does, and the title once."""
+    hints = types.ToolAnnotations(
+        read_only_hint=tool.read_only or None,
+        destructive_hint=False if tool.read_only else None,
+        idempotent_hint=tool.idempotent or None,
+        open_world_hint=None if tool.open_world else False,
+    )
     return types.Tool(
         name=tool.name,
         title=tool.title or None,
         description=tool.description,
         input_schema=tool.input_schema(),
         output_schema=tool.output_schema(),
-        annotations=types.ToolAnnotations(
-            read_only_hint=read_only,
-            destructive_hint=None if not read_only else False,
-            idempotent_hint=tool.idempotent or None,
-            open_world_hint=None if tool.open_world else False,
-        ),
+        annotations=hints if hints.model_dump(exclude_none=True) else None,
     )
 
 

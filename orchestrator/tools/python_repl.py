@@ -216,7 +216,7 @@ PYTHON_REPL = Tool(
             ),
             Operation(
                 "interrupt",
-                "stop the running cell now (state kept); does not wait for it",
+                "stop the running cell (state kept)",
                 ReplSessionArgs,
                 _interrupt,
             ),
@@ -239,11 +239,11 @@ PYTHON_REPL = Tool(
             ),
             Operation(
                 "create_context",
-                "a new REPL context (language, cwd) in the session",
+                "a new REPL context",
                 CreateContextArgs,
                 _create_context,
             ),
-            Operation("list_contexts", "the session's contexts", ReplSessionArgs, _list_contexts),
+            Operation("list_contexts", "the contexts", ReplSessionArgs, _list_contexts),
             Operation("restart_context", "clear a context's state", ContextArgs, _restart_context),
             Operation("remove_context", "end a context", ContextArgs, _remove_context),
         )

@@ -7,6 +7,9 @@ bench/README.md."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -29,6 +32,8 @@ AGENT_LIST_MAX_BYTES = 3 * 1024
 VERSION = "2025-06-18"
 # An in-process listing takes milliseconds.
 LIST_TIMEOUT = 10.0
+# One CLI process: the interpreter's imports, then a refusal.
+CLI_TIMEOUT = 60
 
 
 class NoCalls:
@@ -112,3 +117,46 @@ async def test_the_http_endpoint_lists_the_set_its_query_names_and_refuses_an_un
     [data] = [line for line in agent.text.splitlines() if line.startswith("data: ")]
     names = {tool["name"] for tool in json.loads(data.removeprefix("data: "))["result"]["tools"]}
     assert names == set(tool_set(AGENT_TOOL_SET))
+
+
+@pytest.mark.parametrize(
+    ("args", "variables", "message"),
+    [
+        (["--tools", "everything"], {}, "unknown tool set 'everything'; the sets are: all, agent"),
+        ([], {"SANDHOLD_TOOLS": "everything"}, "unknown tool set 'everything'"),
+        (["--connect", "http://127.0.0.1:9", "--tools", "agent"], {}, "does not apply with"),
+        (["--connect", "http://127.0.0.1:9"], {"SANDHOLD_TOOLS": "agent"}, "does not apply with"),
+    ],
+)
+def test_sandhold_mcp_refuses_a_tool_set_it_cannot_list(
+    args: list[str], variables: dict[str, str], message: str
+) -> None:
+    """Before serving (no engine is needed to be refused): an unknown set, or a set with
+    ``--connect``, whose list is the server's."""
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "mcp", *args],
+        env={**os.environ, **variables},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+async def test_hints_are_listed_only_where_they_differ_from_mcps_defaults() -> None:
+    """MCP's defaults: not read-only, destructive, not idempotent, open world."""
+    listing = await listed(DEFAULT_TOOL_SET)
+    hints = {
+        tool.name: tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
+        for tool in listing.tools
+    }
+    assert hints == {
+        "python_repl": None,
+        "terminal": None,
+        "process": None,
+        "files": {"idempotent_hint": True, "open_world_hint": False},
+        "session": {"open_world_hint": False},
+    }
