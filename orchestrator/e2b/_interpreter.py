@@ -3,9 +3,13 @@ REPL (``python_repl`` ``execute``) and answers NDJSON as the cell runs: ``stdout
 ``stderr`` lines while it prints, then its ``result`` bundles (PNG figures, HTML tables...),
 its ``error`` with the traceback, ``number_of_executions`` and ``end_of_execution``.
 
-Contexts: the sandbox's one REPL is its default context (``GET /contexts`` lists it, restart
-resets it). New contexts and languages other than Python are refused with a message saying so
-(501 and 400): sandhold has one REPL a session and no other kernel."""
+Contexts are the session's REPL contexts (``python_repl`` ``create_context`` and the rest): the
+sandbox's own REPL is the ``default`` context; ``POST /contexts`` makes one (language, cwd),
+``GET`` lists them, ``DELETE`` removes one and ``/restart`` clears one. ``/execute`` runs in
+``context_id``, or in ``language``'s own context (Python's is the default one). Paths are shown
+as E2B's (``/home/user``) and kept as sandhold's (``/workspace``). A language sandhold has no
+kernel for is refused with 400, as is a context of another language under a restricted policy
+(E2B's ``code-interpreter-v1`` is unrestricted)."""
 
 from __future__ import annotations
 
@@ -22,13 +26,14 @@ from starlette.routing import Route
 
 from orchestrator.e2b._context import current_sandbox
 from orchestrator.e2b._errors import e2b_error, status_of
-from orchestrator.e2b._paths import HOME
+from orchestrator.e2b._paths import WORKSPACE, OutsideHomeError, to_e2b, to_sandhold
 from orchestrator.e2b._sandboxes import E2bSandbox
 from orchestrator.e2b._tooling import ToolCallError, call
 
 __all__ = ["Interpreter", "result_of"]
 
-DEFAULT_CONTEXT: Final = "default"
+# The errors of a call whose sandbox is gone.
+GONE: Final = frozenset({"session_not_found", "session_lost"})
 _MIME: Final = {
     "text/plain": "text",
     "text/html": "html",
@@ -40,6 +45,7 @@ _MIME: Final = {
     "application/json": "json",
     "application/pdf": "pdf",
     "application/javascript": "javascript",
+    "application/vnd.sandhold.data+json": "data",
 }
 
 
@@ -60,8 +66,17 @@ def result_of(bundle: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _context(sandbox: E2bSandbox) -> dict[str, Any]:
-    return {"id": DEFAULT_CONTEXT, "language": "python", "cwd": HOME}
+def _context(info: dict[str, Any]) -> dict[str, Any]:
+    """A sandhold context as E2B's: its cwd always given, as E2B's home."""
+    return {
+        "id": info["id"],
+        "language": info["language"],
+        "cwd": to_e2b(info.get("cwd") or WORKSPACE),
+    }
+
+
+class SandboxKilled(Exception):
+    """The sandbox of a running ``/execute`` ended: its response is cut off, not ended."""
 
 
 class Interpreter:
@@ -90,19 +105,31 @@ class Interpreter:
             return e2b_error(400, "the body is not JSON")
         if not isinstance(body, dict) or not isinstance(body.get("code"), str):
             return e2b_error(400, "code is required")
-        language = body.get("language")
-        if language not in (None, "python", "py"):
-            return e2b_error(400, f"language {language!r} is not supported: sandhold runs Python")
-        context = body.get("context_id")
-        if context not in (None, DEFAULT_CONTEXT):
-            return e2b_error(404, f"context {context!r} not found")
-        envs = body.get("env_vars") or None
+        language, context = body.get("language"), body.get("context_id")
+        if language is not None and context is not None:
+            return e2b_error(400, "give context_id or language, not both")
+        if language is not None and not isinstance(language, str):
+            return e2b_error(400, "language must be a string")
         sandbox = current_sandbox()
+        if context is not None and not await self._exists(sandbox, context):
+            return e2b_error(404, f"context {str(context)[:80]!r} not found")
+        envs = body.get("env_vars") or None
         return StreamingResponse(
-            self._stream(sandbox, body["code"], envs), media_type="application/x-ndjson"
+            self._stream(sandbox, body["code"], envs, context or language),
+            media_type="application/x-ndjson",
         )
 
-    async def _stream(self, sandbox: E2bSandbox, code: str, envs: Any) -> Any:
+    async def _exists(self, sandbox: E2bSandbox, context: object) -> bool:
+        return context in [c["id"] for c in await self._contexts(sandbox)]
+
+    async def _contexts(self, sandbox: E2bSandbox) -> list[dict[str, Any]]:
+        listed = await call(
+            self._orchestrator, sandbox.tenant, "python_repl", "list_contexts",
+            session_id=sandbox.session_id,
+        )  # fmt: skip
+        return list(listed["contexts"])
+
+    async def _stream(self, sandbox: E2bSandbox, code: str, envs: Any, context: Any) -> Any:
         send, receive = anyio.create_memory_object_stream[bytes](math.inf)
         outcome: dict[str, Any] = {}
 
@@ -116,6 +143,7 @@ class Interpreter:
                     code=code,
                     session_id=sandbox.session_id,
                     env=envs,
+                    context=context,
                     user_errors_are_data=True,
                     on_stdout=lambda text: send.send_nowait(
                         _line("stdout", text=text, timestamp=_now())
@@ -133,8 +161,26 @@ class Interpreter:
             group.start_soon(run)
             async for line in receive:
                 yield line
+        if await self._killed(sandbox, outcome):
+            # E2B's proxy drops the connection of a sandbox killed mid-run; the SDK then finds
+            # the sandbox gone and raises its "killed" error. An ending here would read as the
+            # cell's own error.
+            raise SandboxKilled(sandbox.sandbox_id)
         for line in self._ending(sandbox, outcome):
             yield line
+
+    async def _killed(self, sandbox: E2bSandbox, outcome: dict[str, Any]) -> bool:
+        """Whether the sandbox ended while its cell ran (a kill, its lifetime, a lost engine)."""
+        failed: ToolCallError | None = outcome.get("error")
+        if failed is not None:
+            return failed.error_type in GONE
+        if outcome["result"].get("error_type") != "process_crashed":
+            return False
+        try:
+            await self._contexts(sandbox)
+        except ToolCallError as exc:
+            return exc.error_type in GONE
+        return False
 
     def _ending(self, sandbox: E2bSandbox, outcome: dict[str, Any]) -> list[bytes]:
         lines = []
@@ -160,27 +206,52 @@ class Interpreter:
         return lines
 
     async def list_contexts(self, request: Request) -> Response:
-        return JSONResponse([_context(current_sandbox())])
-
-    async def create_context(self, request: Request) -> Response:
-        return e2b_error(
-            501, "new contexts are not supported by sandhold: a sandbox has one Python REPL"
-        )
-
-    async def restart(self, request: Request) -> Response:
-        if request.path_params["context_id"] != DEFAULT_CONTEXT:
-            return e2b_error(404, "context not found")
         sandbox = current_sandbox()
         try:
-            await call(
-                self._orchestrator, sandbox.tenant, "python_repl", "reset",
-                session_id=sandbox.session_id,
+            contexts = await self._contexts(sandbox)
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        return JSONResponse([_context(c) for c in contexts])
+
+    async def create_context(self, request: Request) -> Response:
+        try:
+            body = await request.json() if await request.body() else {}
+        except ValueError:
+            return e2b_error(400, "the body is not JSON")
+        if not isinstance(body, dict):
+            return e2b_error(400, "the body must be a JSON object")
+        cwd = body.get("cwd")
+        try:
+            cwd = to_sandhold(cwd) if isinstance(cwd, str) else cwd
+        except OutsideHomeError as exc:
+            return e2b_error(400, str(exc))
+        sandbox = current_sandbox()
+        try:
+            made = await call(
+                self._orchestrator, sandbox.tenant, "python_repl", "create_context",
+                session_id=sandbox.session_id, language=body.get("language") or "python",
+                cwd=cwd or WORKSPACE,
             )  # fmt: skip
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
-        return Response(status_code=204)
+        return JSONResponse(_context(made["context"]))
+
+    async def restart(self, request: Request) -> Response:
+        return await self._on_context(request, "restart_context", 204)
 
     async def delete_context(self, request: Request) -> Response:
-        return e2b_error(
-            501, "contexts cannot be deleted in sandhold: the default one lives with the sandbox"
-        )
+        return await self._on_context(request, "remove_context", 204)
+
+    async def _on_context(self, request: Request, operation: str, status: int) -> Response:
+        sandbox = current_sandbox()
+        context = request.path_params["context_id"]
+        try:
+            if not await self._exists(sandbox, context):
+                return e2b_error(404, f"context {context[:80]!r} not found")
+            await call(
+                self._orchestrator, sandbox.tenant, "python_repl", operation,
+                session_id=sandbox.session_id, context=context,
+            )  # fmt: skip
+        except ToolCallError as exc:
+            return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        return Response(status_code=status)

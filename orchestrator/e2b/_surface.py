@@ -56,7 +56,8 @@ class E2bSurface(Surface):
         sandbox_id = header(scope, b"e2b-sandbox-id")
         if sandbox_id is None:
             return super().credential(scope, keys)
-        token = header(scope, b"x-access-token")
+        # The code interpreter SDK's context calls send only the traffic token (the same one).
+        token = header(scope, b"x-access-token") or header(scope, b"e2b-traffic-access-token")
         sandbox = self.table.with_token(sandbox_id, token)
         if sandbox is None:
             return None, token is not None

@@ -7,16 +7,19 @@ takes input and a resize."""
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import Iterator
 
 import pytest
-from e2b import PtySize
+from e2b import NotFoundException, PtySize, TimeoutException
 from e2b_code_interpreter import Sandbox
 
 from orchestrator.images import ImageBuildResult
 from tests.docker.e2b_server import E2bServer, e2b_server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# A cell's start, or the end of a call on a killed sandbox, comes within seconds.
+CALL_WAIT = 60.0
 # The python-data template is built on first use (some minutes on a cold cache).
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -68,9 +71,57 @@ def test_a_figure_is_a_png_and_a_dataframe_is_html(sandbox: Sandbox) -> None:
     assert len(main) == 1 and main[0].html is not None and "<table" in main[0].html
 
 
-def test_a_non_python_language_is_refused_clearly(sandbox: Sandbox) -> None:
-    with pytest.raises(Exception, match="not supported"):
-        sandbox.run_code("console.log(1)", language="js")
+def test_ipython_cell_rules_and_a_tables_data(sandbox: Sandbox) -> None:
+    shown: list[str] = []
+    ran = sandbox.run_code(
+        "    from IPython.display import display\n"
+        "    display({'text/plain': 'p', 'text/html': '<b>h</b>'}, raw=True)",
+        on_result=lambda result: shown.append(result.html),
+    )
+    assert ran.error is None and ran.results[0].html == "<b>h</b>" and shown == ["<b>h</b>"]
+    table = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})")
+    assert table.results[0].data == {"a": [1, 2], "b": ["x", None]}
+    assert "data" in table.results[0].formats()
+
+
+def test_a_language_without_a_kernel_is_refused_clearly(sandbox: Sandbox) -> None:
+    ran = sandbox.run_code("console.log(1)", language="js")
+    assert ran.error is not None and ran.error.name == "invalid_argument"
+    assert "no language of that name" in ran.error.value and "'js'" in ran.error.value
+
+
+def test_code_contexts_keep_their_own_state_and_cwd(sandbox: Sandbox) -> None:
+    sandbox.run_code("y = 'default'")
+    sandbox.files.make_dir("/home/user/ctx-dir-test")
+    made = sandbox.create_code_context(cwd="/home/user/ctx-dir-test")
+    assert made.language == "python" and made.cwd == "/home/user/ctx-dir-test"
+    assert (
+        sandbox.run_code("import os\nos.getcwd()", context=made).text == "'/workspace/ctx-dir-test'"
+    )
+    assert sandbox.run_code("y = 'mine'\ny", context=made).text == "'mine'"
+    assert sandbox.run_code("y").text == "'default'"
+    listed = {c.id: c for c in sandbox.list_code_contexts()}
+    assert listed["default"].cwd == "/home/user" and made.id in listed
+    sandbox.restart_code_context(made)
+    gone = sandbox.run_code("y", context=made)
+    assert gone.error is not None and gone.error.name == "NameError"
+    sandbox.remove_code_context(made.id)
+    assert made.id not in [c.id for c in sandbox.list_code_contexts()]
+    with pytest.raises(NotFoundException):
+        sandbox.run_code("1", context=made)
+
+
+def test_bash_runs_in_its_own_context_by_language(sandbox: Sandbox) -> None:
+    printed: list[str] = []
+    sandbox.run_code("COUNT=2; cd /tmp", language="bash")
+    ran = sandbox.run_code(
+        "echo $COUNT $(pwd)", language="bash", on_stdout=lambda m: printed.append(m.line)
+    )
+    assert ran.logs.stdout == ["2 /tmp\n"] and printed == ["2 /tmp\n"]
+    failed = sandbox.run_code("ls /no-such-dir", language="bash")
+    assert failed.error is not None and failed.error.name == "ExitCode"
+    shell = sandbox.create_code_context(language="bash")
+    assert sandbox.run_code("pwd", context=shell).logs.stdout == ["/workspace\n"]
 
 
 def test_a_pty_takes_input_and_a_resize(sandbox: Sandbox) -> None:
@@ -81,3 +132,28 @@ def test_a_pty_takes_input_and_a_resize(sandbox: Sandbox) -> None:
     result = handle.wait(on_pty=lambda data: seen.extend(data))
     assert result.exit_code == 0
     assert b"40 120" in seen and b"pty-42" in seen
+
+
+def test_a_sandbox_killed_during_run_code_ends_the_call_with_e2bs_error(server: E2bServer) -> None:
+    doomed = Sandbox.create(request_timeout=600)
+    started = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["execution"] = doomed.run_code(
+                "print('started', flush=True)\nimport time\ntime.sleep(120)",
+                on_stdout=lambda _: started.set(),
+                timeout=300,
+            )
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert started.wait(CALL_WAIT)
+    doomed.kill()
+    thread.join(CALL_WAIT)
+    assert not thread.is_alive(), "run_code still waits on a killed sandbox"
+    error = outcome.get("error")
+    assert isinstance(error, TimeoutException) and "killed" in str(error), outcome
