@@ -29,7 +29,8 @@ change, codes may not.
     │   └── TemplateNotBuiltError          template_not_built
     └── BackendError                       internal
         ├── BackendUnavailableError        backend_unavailable
-        └── ContainerNotFoundError         internal
+        ├── ContainerNotFoundError         internal
+        └── NotSupportedError              not_supported
 
 ``validation``, ``import_blocked``, ``timeout`` and ``output_limit`` are what a cell or a command
 did: fields of its result, never raised. Errors raised by *user code* inside a sandbox are data
@@ -54,6 +55,7 @@ __all__ = [
     "ImageError",
     "ImageToolMissingError",
     "InvalidArgumentError",
+    "NotSupportedError",
     "OrchestratorError",
     "PolicyFileError",
     "PathNotFoundError",
@@ -86,6 +88,7 @@ ERROR_TYPES: Final = (
     "policy",
     "busy",
     "backend_unavailable",
+    "not_supported",
     "unknown_template",
     "template_not_built",
     "storage_full",
@@ -293,3 +296,10 @@ class BackendUnavailableError(BackendError):
 class ContainerNotFoundError(BackendError):
     """The engine has no such container or exec (or image), or the container no longer runs;
     callers turn it into ``session_not_found`` for the session whose container it was."""
+
+
+class NotSupportedError(BackendError):
+    """The backend in use cannot do this at all (a Kubernetes backend cannot snapshot a
+    session); the same call may work on another backend. Names the operation and the backend."""
+
+    code = "not_supported"

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -46,6 +46,7 @@ from orchestrator._core.readiness import OK, UNCHECKED, readiness
 from orchestrator._core.reconciler import Reconciler
 from orchestrator._core.session_control import check_metadata, session_metrics, set_lifetime
 from orchestrator._core.session_table import SessionTable
+from orchestrator._core.snapshots import Snapshots
 from orchestrator._core.tenants import TenantConfig
 from orchestrator._core.usage import UsageSampler, session_row, session_state
 from orchestrator.audit._log import AuditLog
@@ -129,6 +130,13 @@ class SessionManager:
         self._usage = UsageSampler(
             self.backend, lambda: {s.id: s.container_id for s in self._sessions.values()}
         )
+        self.snapshots = Snapshots(
+            self.backend,
+            registry=lambda: self._registry,
+            tenant_config=self.tenant_config,
+            orchestrator_id=lambda: self.orchestrator_id,
+            extra_labels=self.config.extra_labels,
+        )
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -170,6 +178,8 @@ class SessionManager:
             self.last_reconcile.reaped.extend(reaped)
         if self.last_reconcile.adopted or self.last_reconcile.reaped:
             log.info("reconciled: %s", self.last_reconcile.summary())
+        with contextlib.suppress(BackendError):  # an engine that lists no images: next round
+            await self.snapshots.sweep()
         self._reaper = anyio.CancelScope()
         self._task_group.start_soon(self._reap_forever, self._reaper)
         for name, size in self.config.pool.items():
@@ -220,6 +230,13 @@ class SessionManager:
             self._task_group.cancel_scope.cancel()
             self._task_group = None
         self._pools.clear()
+        # The images of deleted snapshots that the sessions just ended still used go now; a
+        # registry in memory or claimed goes with its process, and so do its snapshots.
+        with anyio.CancelScope(shield=True), contextlib.suppress(OrchestratorError):
+            if self.config.registry_path is None and not keep:
+                await self.snapshots.discard_all()
+            elif not keep:
+                await self.snapshots.sweep()
         if self._audit is not None:
             await self._audit.aclose()
             self._audit = None
@@ -318,11 +335,20 @@ class SessionManager:
         tenant: str | None = None,
         env: Any = None,
         metadata: Any = None,
+        snapshot: Any = None,
     ) -> Session:
         """A new session for the caller; ``env`` (checked against its policy before anything
-        is made) is seen by every process in it; ``metadata`` is kept with it (``list``)."""
+        is made) is seen by every process in it; ``metadata`` is kept with it (``list``). From
+        a ``snapshot`` (``snapshots``): its files, policy, env and metadata, the last two
+        updated by those given."""
         tenant = tenant or self.config.tenant
         task = current_task()
+        image, unpack = None, None
+        if snapshot is not None:
+            policy, env, metadata, image = self.snapshots.start_from(
+                snapshot, tenant, policy=policy, env=env, metadata=metadata
+            )
+            unpack = self.snapshots.unpack
         effective = self.policy(policy)
         session_env = check_env(env, effective)
         labels = check_metadata(metadata)
@@ -337,7 +363,9 @@ class SessionManager:
             self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
         )
         try:
-            session = await self._build_session(tenant, effective, session_env)
+            session = await self._build_session(
+                tenant, effective, session_env, image=image, prepare=unpack
+            )
         finally:
             self._admission.release(token)
         # The owner may have been closed while the container was made: nothing half-made stays.
@@ -363,8 +391,16 @@ class SessionManager:
         if victim is not None:
             await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
 
-    async def _build_session(self, tenant: str, policy: Policy, env: Mapping[str, str]) -> Session:
-        pool = self._pools.get(policy.name)
+    async def _build_session(
+        self,
+        tenant: str,
+        policy: Policy,
+        env: Mapping[str, str],
+        *,
+        image: str | None = None,
+        prepare: Callable[[Session], Awaitable[None]] | None = None,
+    ) -> Session:
+        pool = None if image is not None else self._pools.get(policy.name)
         warm = pool.take_nowait() if pool is not None and pool.policy == policy else None
         if pool is not None:
             self.metrics.pool_takes.labels(policy.name, "miss" if warm is None else "hit").inc()
@@ -373,13 +409,15 @@ class SessionManager:
             warm.touch()
             session = warm
         else:
-            session = await self._new_session(tenant, policy)
+            session = await self._new_session(tenant, policy, image=image)
         # One path for warm and cold: the env and the tenant's egress cap are given once the
         # session exists, before any of the caller's code runs in it.
         try:
             await session.set_env(env)
             await self._cap_egress(session, tenant)
             await self.egress.admit(session)  # a tenant over its egress quota: refused at once
+            if prepare is not None:
+                await prepare(session)
         except BaseException:
             await session.aclose(self.backend)  # shielded: not in the table, nothing else would
             raise
@@ -400,13 +438,16 @@ class SessionManager:
         if cap is not None:
             await self.backend.set_egress_allow(session.container_id, cap)
 
-    async def _new_session(self, tenant: str, policy: Policy, *, preload: bool = False) -> Session:
-        """A session built cold: its container created and started, its worker ready (with
-        ``preload``, its template's modules imported: a warm pool's sessions)."""
+    async def _new_session(
+        self, tenant: str, policy: Policy, *, preload: bool = False, image: str | None = None
+    ) -> Session:
+        """A session built cold: its container created and started (from ``image``, else its
+        policy's), its worker ready (with ``preload``, its template's modules imported: a warm
+        pool's sessions)."""
         task_group = self._task_group
         if self._image is None or task_group is None:
             raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
-        image = await self._image_for(policy)
+        image = image or await self._image_for(policy)
         session_id = new_session_id()
         spec = ContainerSpec(
             image=image,
@@ -708,6 +749,32 @@ class SessionManager:
         """The caller's session's CPU and memory now, asked of the engine (a paused one too)."""
         return await session_metrics(self.backend, self.find_session(session_id, tenant=tenant))
 
+    # -- snapshots (``snapshots``) --------------------------------------------------------
+
+    async def snapshot(self, session_id: Any, *, tenant: str | None = None) -> dict[str, Any]:
+        """Snapshot the caller's session between its calls (``snapshots``)."""
+        session = await self.session(session_id, tenant=tenant)
+        async with self._turn(session, "session.snapshot"):
+            return await self.snapshots.take(session, task=current_task())
+
+    async def fork(self, session_id: Any, *, tenant: str | None = None) -> Session:
+        """A new session from a snapshot of the caller's session, which goes at once (its image
+        once the fork ends: ``Snapshots.sweep``)."""
+        taken = await self.snapshot(session_id, tenant=tenant)
+        try:
+            return await self.create_session(tenant=tenant, snapshot=taken["snapshot_id"])
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.snapshots.delete(taken["snapshot_id"], tenant or self.config.tenant)
+
+    def list_snapshots(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        return self.snapshots.listed(tenant or self.config.tenant)
+
+    async def delete_snapshot(
+        self, snapshot_id: Any, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        return await self.snapshots.delete(snapshot_id, tenant or self.config.tenant)
+
     # -- pause and resume -----------------------------------------------------------------
 
     async def pause(self, session_id: Any, *, tenant: str | None = None) -> bool:
@@ -812,6 +879,7 @@ class SessionManager:
                 with contextlib.suppress(BackendError):
                     await self._reap_one(session)
             await self.egress.round(list(self._sessions.values()))
+            await self.snapshots.sweep_if_due()
             try:
                 report = await self.reconcile()
             except BackendError as exc:

@@ -66,7 +66,7 @@ SEGMENT_NAME: Final = re.compile(r"audit-(\d{6,})\.jsonl")
 HOST_ERROR_TYPES: Final = frozenset(ERROR_TYPES) - WORKER_ERROR_TYPES | {"cancelled"}
 # Refusals: the call did not go ahead (a helper's own refusal of a path is counted here too).
 REFUSED_ERROR_TYPES: Final = frozenset(
-    {"invalid_argument", "session_not_found", "policy", "quota_exceeded", "busy"}
+    {"invalid_argument", "session_not_found", "policy", "quota_exceeded", "busy", "not_supported"}
 )
 # The fields of a completed answer that came from the sandbox, by tool and operation.
 CLAIMED_FIELDS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -31,9 +32,11 @@ __all__ = [
     "LABEL_ORCHESTRATOR",
     "LABEL_POLICY_NAME",
     "LABEL_SESSION",
+    "LABEL_SNAPSHOT",
     "LABEL_TENANT",
     "LEGACY_LABEL_ORCHESTRATOR",
     "SANDBOX_UID",
+    "SNAPSHOT_FILES",
     "STDERR",
     "STDOUT",
     "WORKSPACE",
@@ -45,6 +48,7 @@ __all__ = [
     "ExecSpec",
     "ExecStream",
     "ImageSource",
+    "SnapshotImage",
     "check_exec_spec",
     "run_to_completion",
 ]
@@ -62,6 +66,11 @@ LABEL_POLICY_NAME = "sandhold.policy"
 # The orchestrator label of the project's earlier name: a start still finds the containers of
 # its id made before the rename and reaps them, so an upgrade leaks nothing.
 LEGACY_LABEL_ORCHESTRATOR = "s" + "bx.orchestrator"
+# The snapshot id on a snapshot's image, so a sweep finds the images no registry row names.
+LABEL_SNAPSHOT = "sandhold.snapshot"
+# Where a snapshot image holds the archive of the session's tmpfs roots (which no commit
+# captures): outside every tmpfs mount, so a session made from the image sees it.
+SNAPSHOT_FILES = "/.sandhold-snapshot/files.tar"
 
 STDOUT = 1
 STDERR = 2
@@ -124,6 +133,16 @@ class ContainerSummary:
     labels: dict[str, str]
     state: str
     created: float
+
+
+@dataclass(frozen=True)
+class SnapshotImage:
+    """An image made of a session's container (``commit_container``)."""
+
+    reference: str
+    labels: dict[str, str]
+    # What the image adds to the one its container was made from (its commit and archive).
+    size_bytes: int
 
 
 class ExecStream(Protocol):
@@ -221,6 +240,35 @@ class Backend(Protocol):
 
     async def oom_kills(self, container_id: str, *, since: float, until: float) -> int:
         """How many OOM kills the engine saw in the container between two wall-clock times."""
+        ...
+
+    # -- snapshot images -------------------------------------------------------------------
+
+    async def commit_container(
+        self,
+        container_id: str,
+        *,
+        reference: str,
+        labels: Mapping[str, str],
+        files: Path | None = None,
+    ) -> SnapshotImage:
+        """Make an image of the container as it is now, tagged ``reference`` and carrying
+        ``labels``: its writable layer (tmpfs mounts are not part of it), and ``files`` (a tar
+        archive on this host) at ``SNAPSHOT_FILES``, readable by the sandbox user; a session
+        container made from ``reference`` starts from it. On any failure nothing is left
+        behind. ``NotSupportedError`` where the engine cannot make images."""
+        ...
+
+    async def remove_image(self, reference: str) -> bool:
+        """Remove an image ``commit_container`` made; True once it is gone (one gone already
+        too), False when a container still uses it (it stays for a later sweep).
+        ``NotSupportedError`` as for ``commit_container``."""
+        ...
+
+    async def list_images(self, labels: Sequence[str]) -> list[SnapshotImage]:
+        """The images carrying every label filter (``key`` or ``key=value``), by the reference
+        ``commit_container`` gave them (``size_bytes``: the image's whole size).
+        ``NotSupportedError`` as for ``commit_container``."""
         ...
 
     # -- execs -----------------------------------------------------------------------------

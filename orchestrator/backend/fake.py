@@ -27,6 +27,7 @@ import itertools
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,11 +40,17 @@ from orchestrator.backend.base import (
     ContainerSummary,
     ExecResult,
     ExecSpec,
+    SnapshotImage,
     check_exec_spec,
     run_to_completion,
 )
 from orchestrator.backend.network_log import EgressCounters
-from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
+from orchestrator.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ContainerNotFoundError,
+    NotSupportedError,
+)
 
 __all__ = [
     "FakeBackend",
@@ -222,10 +229,15 @@ class FakeBackend:
         *,
         runtimes: frozenset[str] = frozenset({"runc"}),
         clock: Callable[[], float] = time.time,
+        snapshots: bool = True,
     ) -> None:
         self.runtimes = runtimes
         self.clock = clock
+        # False: an engine that makes no images (as Kubernetes), every image call refused.
+        self.snapshots = snapshots
         self.containers: dict[str, FakeContainer] = {}
+        # Images made by ``commit_container``, by reference; the size is the archive's.
+        self.images: dict[str, SnapshotImage] = {}
         self.processes: dict[str, FakeProcess] = {}
         # False: the engine is down, and every call is backend_unavailable.
         self.reachable = True
@@ -383,6 +395,38 @@ class FakeBackend:
         if container is None:
             return 0
         return sum(1 for t in container.oom_times if since <= t <= until)
+
+    # -- snapshot images -------------------------------------------------------------------
+
+    async def commit_container(
+        self,
+        container_id: str,
+        *,
+        reference: str,
+        labels: Mapping[str, str],
+        files: Path | None = None,
+    ) -> SnapshotImage:
+        self._check_images()
+        self._running(container_id)
+        size = (await anyio.Path(files).stat()).st_size if files is not None else 0
+        self.images[reference] = SnapshotImage(reference, dict(labels), size)
+        return self.images[reference]
+
+    async def remove_image(self, reference: str) -> bool:
+        self._check_images()
+        if any(c.spec is not None and c.spec.image == reference for c in self.containers.values()):
+            return False
+        self.images.pop(reference, None)
+        return True
+
+    async def list_images(self, labels: Sequence[str]) -> list[SnapshotImage]:
+        self._check_images()
+        return [image for image in self.images.values() if _matches(image.labels, labels)]
+
+    def _check_images(self) -> None:
+        self._check_reachable()
+        if not self.snapshots:
+            raise NotSupportedError("the fake engine makes no images (snapshots=False)")
 
     # -- execs -----------------------------------------------------------------------------
 

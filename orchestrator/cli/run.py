@@ -193,6 +193,7 @@ _SANDHOLD_ERRORS = frozenset(
         "policy",
         "busy",
         "backend_unavailable",
+        "not_supported",
         "storage_full",
         "internal",
     }

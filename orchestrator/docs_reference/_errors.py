@@ -44,10 +44,12 @@ MEANINGS: Mapping[str, str] = {
     "image template that is neither shipped nor in the template directories.",
     "template_not_built": "The policy's template has no image, and this backend builds none: "
     "build it (`sandhold image build --template NAME`) or configure its image.",
+    "not_supported": "The backend in use cannot do this at all (snapshots on Kubernetes); the "
+    "message names the operation and the backend. Nothing was made.",
+    "path_not_found": "No file or directory at that path in the session (the session exists).",
     "storage_full": "sandhold's own data directory (its registry, its audit log) has no room "
     "left, or its disk fails: the message names the file. Nothing was made; free space there "
     "and call again.",
-    "path_not_found": "No file or directory at that path in the session (the session exists).",
     "internal": "A fault of sandhold itself; the message says no more, the server's log does.",
     "unauthenticated": "HTTP only: no API key, or not a valid one.",
     RATE_LIMITED: "HTTP only: too many wrong keys from this address, or too many connections "

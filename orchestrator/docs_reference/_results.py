@@ -240,6 +240,32 @@ METADATA = {
     "metadata": ("object", "The labels given at `session create` (string to string)."),
 }
 
+REPL_FRESH = {
+    "repl_state": (
+        "string",
+        "`fresh`: the session's REPL starts empty (a snapshot keeps files, never a REPL's memory).",
+    )
+}
+
+SNAPSHOT = {
+    "snapshot_id": ("string", "The snapshot's id (`session create` with `snapshot`)."),
+    "policy": ("string", "The policy of the session it was taken of; its sessions get it."),
+    "source_session": ("string", "The session it was taken of."),
+    "created_at": ("string", "When it was taken (ISO 8601)."),
+    "size_bytes": (
+        "integer",
+        "What it takes on the engine's disk beyond its template's image, counted against "
+        "the tenant's `snapshots_mb` quota.",
+    ),
+    **METADATA,
+    "env_names": ("array of string", "The names of the env it keeps (never the values)."),
+    "keeps": (
+        "array of string",
+        "What a session made from it gets: `filesystem`, `policy`, `metadata`, `env`.",
+    ),
+    **REPL_FRESH,
+}
+
 NETWORK_DENIED = {
     "network_denied": (
         "array of object",
@@ -364,6 +390,34 @@ RESULTS: Mapping[str, ResultShape] = {
             **CREATED,
             "policy": ("string", "The policy the session runs under."),
             **METADATA,
+            "snapshot_id": ("string or null", "The snapshot it was made from, if any."),
+            **REPL_FRESH,
+        }
+    ),
+    "session.snapshot": ResultShape({**SESSION, **SNAPSHOT}),
+    "session.fork": ResultShape(
+        {
+            "session_id": ("string", "The new session, a copy of the source's files."),
+            "source_session": ("string", "The session copied."),
+            **CREATED,
+            "policy": ("string", "The policy the session runs under (the source's)."),
+            **METADATA,
+            **REPL_FRESH,
+        }
+    ),
+    "session.snapshots": ResultShape(
+        {"snapshots": ("array of object", "Your snapshots, oldest first.")},
+        items={"snapshots": ResultShape(SNAPSHOT)},
+    ),
+    "session.delete_snapshot": ResultShape(
+        {
+            "snapshot_id": ("string", "The snapshot deleted."),
+            "deleted": ("boolean", "Always true: its id is unknown from now on."),
+            "image_removed": (
+                "boolean",
+                "Whether its image is gone already; false while a session made from it runs "
+                "(the image goes at the first sweep after that session ends).",
+            ),
         }
     ),
     "session.network_log": ResultShape(

@@ -2,7 +2,8 @@
 
 One SQLite file (WAL, every write its own transaction) holds this orchestrator's id, its sessions
 (owner, the effective policy they were created under, container, REPL worker pid, the env given
-at creation), the ids made inside them (processes, terminals) and their code history. The env
+at creation), the ids made inside them (processes, terminals), their code history, and the
+tenants' snapshots (owner, policy name, image, size, env and metadata: ``_core.snapshots``). The env
 is kept because a re-adopted session must give it to every process it starts after a restart;
 its values may be secrets, as code may be: the file is made 0600, in a directory made 0700.
 
@@ -40,6 +41,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Registry",
     "SessionRecord",
+    "SnapshotRecord",
     "read_owners",
 ]
 
@@ -67,6 +69,18 @@ CREATE TABLE IF NOT EXISTS items (
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
     PRIMARY KEY (kind, item_id)
 );
+CREATE TABLE IF NOT EXISTS snapshots (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    task TEXT,
+    policy TEXT NOT NULL,
+    image TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    env_json TEXT NOT NULL,
+    metadata_json TEXT NOT NULL,
+    source_session TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS history (
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
     seq INTEGER NOT NULL,
@@ -89,6 +103,22 @@ class SessionRecord:
     worker_pid: int | None
     created_at: str
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotRecord:
+    """A session's snapshot: its image and what a session made from it is given again."""
+
+    id: str
+    tenant: str
+    task: str | None
+    policy: str
+    image: str
+    size_bytes: int
+    env: Mapping[str, str]
+    metadata: Mapping[str, str]
+    source_session: str
+    created_at: str
 
 
 class Registry:
@@ -248,6 +278,55 @@ class Registry:
                 worker_pid=r[5],
                 created_at=r[6],
                 env=_env(r[7]),
+            )
+            for r in rows
+        ]
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def add_snapshot(self, record: SnapshotRecord) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    record.tenant,
+                    record.task,
+                    record.policy,
+                    record.image,
+                    record.size_bytes,
+                    json.dumps(dict(record.env)),
+                    json.dumps(dict(record.metadata)),
+                    record.source_session,
+                    record.created_at,
+                ),
+            )
+
+    def remove_snapshot(self, snapshot_id: str) -> bool:
+        """Delete the row; False when there was none."""
+        with self._transaction() as db:
+            return db.execute("DELETE FROM snapshots WHERE id = ?", (snapshot_id,)).rowcount > 0
+
+    def snapshots(self, tenant: str | None = None) -> list[SnapshotRecord]:
+        """Every snapshot (of ``tenant`` only, when given), oldest first."""
+        query = (
+            "SELECT id, tenant, task, policy, image, size_bytes, env_json, metadata_json, "
+            "source_session, created_at FROM snapshots"
+        )
+        where, args = ("", ()) if tenant is None else (" WHERE tenant = ?", (tenant,))
+        rows = self.db.execute(f"{query}{where} ORDER BY created_at, id", args).fetchall()
+        return [
+            SnapshotRecord(
+                id=r[0],
+                tenant=r[1],
+                task=r[2],
+                policy=r[3],
+                image=r[4],
+                size_bytes=r[5],
+                env=_env(r[6]),
+                metadata=_env(r[7]),
+                source_session=r[8],
+                created_at=r[9],
             )
             for r in rows
         ]

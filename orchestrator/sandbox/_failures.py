@@ -12,6 +12,7 @@ from orchestrator.errors import (
     BackendUnavailableError,
     BusyError,
     InvalidArgumentError,
+    NotSupportedError,
     OrchestratorError,
     PolicyViolationError,
     ProcessCrashedError,
@@ -48,6 +49,7 @@ _BY_TYPE: dict[str, Callable[[str, dict[str, Any]], OrchestratorError]] = {
     "busy": lambda m, s: BusyError(m),
     "backend_unavailable": lambda m, s: BackendUnavailableError(m),
     "template_not_built": _bare(TemplateNotBuiltError),
+    "not_supported": lambda m, s: NotSupportedError(m),
     "process_crashed": lambda m, s: ProcessCrashedError(m, cause=str(s.get("cause", "unknown"))),
 }
 

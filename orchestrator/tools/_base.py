@@ -51,6 +51,7 @@ CALL_FAILURES: Final = frozenset(
         "backend_unavailable",
         "unknown_template",
         "template_not_built",
+        "not_supported",
         "storage_full",
         "path_not_found",
         "internal",

@@ -11,6 +11,7 @@ from orchestrator._core.session_control import (
     MAX_METADATA_KEYS,
     MAX_METADATA_VALUE_BYTES,
 )
+from orchestrator._core.snapshots import REPL_STATE
 from orchestrator.policy.arguments import check_policy_name
 from orchestrator.tools._base import Fields, Operation, Tool, ToolArgs
 from orchestrator.tools._env import SESSION_ENV
@@ -38,6 +39,12 @@ class CreateArgs(ToolArgs):
             f"value up to {MAX_METADATA_VALUE_BYTES} bytes. Not for secrets: they are shown."
         ),
     )
+    snapshot: str | None = Field(
+        None,
+        description="Start from this snapshot of yours (the operations snapshot and "
+        "snapshots): its files, policy, env and metadata (env and metadata given here update "
+        "its own); the REPL starts fresh.",
+    )
 
 
 class TimeoutArgs(ToolArgs):
@@ -51,14 +58,50 @@ class TimeoutArgs(ToolArgs):
 async def _create(orch: SessionManager, tenant: str | None, args: CreateArgs) -> Fields:
     policy = check_policy_name(args.policy)
     session = await orch.create_session(
-        policy=policy, tenant=tenant, env=args.env, metadata=args.metadata
+        policy=policy, tenant=tenant, env=args.env, metadata=args.metadata, snapshot=args.snapshot
     )
     return {
         "session_id": session.id,
         "created_new_session": True,
         "policy": session.policy.name,
         "metadata": dict(session.metadata),
+        "snapshot_id": args.snapshot,
+        "repl_state": REPL_STATE,
     }
+
+
+class NoArgs(ToolArgs):
+    pass
+
+
+class SnapshotIdArgs(ToolArgs):
+    snapshot: str = Field(description="One of your snapshots (the operation snapshots lists them).")
+
+
+async def _snapshot(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+    return {"session_id": args.session_id, **await orch.snapshot(args.session_id, tenant=tenant)}
+
+
+async def _fork(orch: SessionManager, tenant: str | None, args: SessionArgs) -> Fields:
+    session = await orch.fork(args.session_id, tenant=tenant)
+    return {
+        "session_id": session.id,
+        "source_session": args.session_id,
+        "created_new_session": True,
+        "policy": session.policy.name,
+        "metadata": dict(session.metadata),
+        "repl_state": REPL_STATE,
+    }
+
+
+async def _list_snapshots(orch: SessionManager, tenant: str | None, args: NoArgs) -> Fields:
+    return {"snapshots": orch.list_snapshots(tenant=tenant)}
+
+
+async def _delete_snapshot(
+    orch: SessionManager, tenant: str | None, args: SnapshotIdArgs
+) -> Fields:
+    return await orch.delete_snapshot(args.snapshot, tenant=tenant)
 
 
 async def _set_timeout(orch: SessionManager, tenant: str | None, args: TimeoutArgs) -> Fields:
@@ -136,7 +179,13 @@ SESSION_TOOL = Tool(
         "host, port, decision, rule, bytes each way), the newest 512 at most; `set_allowlist` "
         "replaces the rules its proxy applies to new connections, never wider than its "
         "policy's. `share` grants listed actions on one of your task's terminals to another "
-        "task of your tenant; `close_owner` ends everything a task owns and closes the task."
+        "task of your tenant; `close_owner` ends everything a task owns and closes the task. "
+        "`snapshot` keeps a session's files (/workspace, home, /tmp and the rest of its "
+        "filesystem), policy, env and metadata under a snapshot_id, counted against your "
+        "snapshot quota and kept across restarts; `create` with snapshot starts a session from "
+        "one, `fork` copies a session in one call (its snapshot goes with it); `snapshots` "
+        "lists yours, `delete_snapshot` drops one. A REPL's memory is not kept: `repl_state` "
+        "is fresh."
     ),
     operations={
         op.name: op
@@ -155,7 +204,11 @@ SESSION_TOOL = Tool(
             ),
             Operation("share", "grant terminal actions", ShareArgs, _share),
             Operation("close_owner", "end a task", CloseOwnerArgs, _close_owner),
+            Operation("snapshot", "save", SessionArgs, _snapshot),
+            Operation("fork", "copy", SessionArgs, _fork),
+            Operation("snapshots", "yours", NoArgs, _list_snapshots),
+            Operation("delete_snapshot", "drop", SnapshotIdArgs, _delete_snapshot),
         )
     },
-    read_only_operations=frozenset({"network_log", "metrics"}),
+    read_only_operations=frozenset({"network_log", "metrics", "snapshots"}),
 )

@@ -53,6 +53,7 @@ RESERVED_ERROR_TYPES = frozenset(
         "backend_unavailable",
         "unknown_template",
         "template_not_built",
+        "not_supported",
         "storage_full",
         "path_not_found",
         "internal",

@@ -18,8 +18,9 @@ from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
-# Two dozen calls on one session, a few of them waiting on a terminal.
-SCENARIO_TIMEOUT = 180.0
+# Two dozen calls on one session, a few of them waiting on a terminal, and two snapshots (two
+# commits each, up to 12 s each on a loaded 2-core machine).
+SCENARIO_TIMEOUT = 300.0
 TASK = "writer"
 ONLY_WHEN = frozenset({"network_denied"})
 # Succeeds only on a session with egress, which needs a test network of its own: its fields are
@@ -119,6 +120,11 @@ async def test_every_operation_answers_the_fields_the_reference_lists(orch: Orch
         await call("session", operation="resume", session_id=sid)
         await call("python_repl", operation="reset", session_id=sid)
         await call("python_repl", operation="destroy", session_id=sid)
-        await call("session", operation="create", env={"A": "1"}, metadata={"k": "v"})
+        made = await call("session", operation="create", env={"A": "1"}, metadata={"k": "v"})
+        taken = await call("session", operation="snapshot", session_id=made["session_id"])
+        await call("session", operation="snapshots")
+        await call("session", operation="create", snapshot=taken["snapshot_id"])
+        await call("session", operation="fork", session_id=made["session_id"])
+        await call("session", operation="delete_snapshot", snapshot=taken["snapshot_id"])
         await call("session", operation="close_owner", task=TASK)
     assert call.seen | NEEDS_A_NETWORK == set(RESULTS), sorted(set(RESULTS) - call.seen)

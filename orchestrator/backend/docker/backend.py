@@ -11,6 +11,7 @@ import io
 import json
 import weakref
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +24,7 @@ from orchestrator.backend.base import (
     ContainerSummary,
     ExecResult,
     ExecSpec,
+    SnapshotImage,
     check_exec_spec,
     run_to_completion,
 )
@@ -41,6 +43,11 @@ from orchestrator.backend.docker._egress import (
     open_egress,
     reap_egress,
     remove_egress,
+)
+from orchestrator.backend.docker._snapshot import (
+    commit_snapshot,
+    list_snapshot_images,
+    remove_snapshot_image,
 )
 from orchestrator.backend.docker._spec import FIXED_ENV, create_kwargs, egress_runtimes
 from orchestrator.backend.network_log import EgressCounters, parse_counters, parse_log
@@ -354,6 +361,25 @@ class DockerBackend:
             )
             for entry in found
         ]
+
+    async def commit_container(
+        self,
+        container_id: str,
+        *,
+        reference: str,
+        labels: Mapping[str, str],
+        files: Path | None = None,
+    ) -> SnapshotImage:
+        """``docker commit``, with ``files`` added through a helper container (``_snapshot``)."""
+        return await commit_snapshot(
+            self.client, container_id, reference=reference, labels=labels, files=files
+        )
+
+    async def remove_image(self, reference: str) -> bool:
+        return await remove_snapshot_image(self.client, reference)
+
+    async def list_images(self, labels: Sequence[str]) -> list[SnapshotImage]:
+        return await list_snapshot_images(self.client, labels)
 
     async def open_exec(self, container_id: str, spec: ExecSpec) -> AttachedExec:
         check_exec_spec(spec)
