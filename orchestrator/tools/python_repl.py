@@ -55,6 +55,13 @@ class ReplSessionArgs(ToolArgs):
     session_id: str = SESSION_ID
 
 
+class HistoryArgs(ToolArgs):
+    session_id: str = SESSION_ID
+    context: str | None = Field(
+        None, description="A context's id: its own history; omit for the default context's."
+    )
+
+
 class InspectArgs(ToolArgs):
     session_id: str = SESSION_ID
     variable_name: str = Field(description="Name of a variable in the session.")
@@ -156,8 +163,11 @@ async def _list_sessions(orch: PythonReplManager, tenant: str | None, args: NoAr
     return {"sessions": sessions, "count": len(sessions)}
 
 
-async def _history(orch: PythonReplManager, tenant: str | None, args: ReplSessionArgs) -> Fields:
-    entries = orch.history(args.session_id, tenant=tenant)
+async def _history(orch: PythonReplManager, tenant: str | None, args: HistoryArgs) -> Fields:
+    if is_default(args.context):
+        entries = orch.history(args.session_id, tenant=tenant)
+    else:
+        entries = orch.context_history(args.session_id, args.context, tenant=tenant)
     return {"session_id": args.session_id, "history": entries, "count": len(entries)}
 
 
@@ -223,7 +233,7 @@ PYTHON_REPL = Tool(
             Operation("reset", "clear all state", ReplSessionArgs, _reset),
             Operation("destroy", "end the session", ReplSessionArgs, _destroy),
             Operation("list_sessions", "your sessions", NoArgs, _list_sessions),
-            Operation("history", "the cells run", ReplSessionArgs, _history),
+            Operation("history", "the cells run", HistoryArgs, _history),
             Operation(
                 "history_context",
                 "the history as Markdown",

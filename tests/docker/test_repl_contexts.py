@@ -60,6 +60,10 @@ async def test_contexts_keep_their_own_state_and_cwd(orch: Orchestrator) -> None
 
     listed = await repl(orch, operation="list_contexts", session_id=sid)
     assert [c["id"] for c in listed["contexts"]] == ["default", other]
+    history = await repl(orch, operation="history", session_id=sid, context=other)
+    assert [e["code"] for e in history["history"]] == ["x = 'other'\nx", "import os\nos.getcwd()"]
+    default_history = await repl(orch, operation="history", session_id=sid)
+    assert [e["code"] for e in default_history["history"]] == ["x = 'default'", "x"]
 
     restarted = await repl(orch, operation="restart_context", session_id=sid, context=other)
     assert restarted["success"]
