@@ -22,6 +22,7 @@ from orchestrator.sandbox._results import (
     Result,
     SandboxInfo,
     SandboxMetrics,
+    SnapshotInfo,
     Variable,
 )
 from orchestrator.sandbox._sandbox import AsyncSandbox
@@ -46,5 +47,6 @@ __all__ = [
     "Sandbox",
     "SandboxInfo",
     "SandboxMetrics",
+    "SnapshotInfo",
     "Variable",
 ]

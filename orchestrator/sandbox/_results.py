@@ -186,6 +186,37 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    """A snapshot of a session (``snapshot()``, ``list_snapshots``): what a session made from
+    it gets (``keeps``: files, policy, metadata, env) and ``repl_state`` (``"fresh"``: a REPL's
+    memory is never kept). ``env_names`` only: the values are not answered."""
+
+    snapshot_id: str
+    policy: str
+    source_session: str
+    created_at: str
+    size_bytes: int
+    metadata: dict[str, str]
+    env_names: list[str]
+    keeps: list[str]
+    repl_state: str
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> SnapshotInfo:
+        return cls(
+            snapshot_id=row["snapshot_id"],
+            policy=row.get("policy", ""),
+            source_session=row.get("source_session", ""),
+            created_at=row.get("created_at", ""),
+            size_bytes=int(row.get("size_bytes", 0)),
+            metadata=dict(row.get("metadata") or {}),
+            env_names=list(row.get("env_names") or []),
+            keeps=list(row.get("keeps") or []),
+            repl_state=str(row.get("repl_state", "fresh")),
+        )
+
+
+@dataclass(frozen=True)
 class SandboxMetrics:
     """The session's container now (``metrics()``): CPU time since it started, CPU use since
     the previous ``metrics()`` in percent of one CPU (None the first time), memory in bytes."""

@@ -36,6 +36,7 @@ from orchestrator.sandbox._results import (
     Interruption,
     SandboxInfo,
     SandboxMetrics,
+    SnapshotInfo,
     Variable,
 )
 from orchestrator.sandbox._transport import Listener, Transport
@@ -116,10 +117,14 @@ class AsyncSandbox:
         url: str | None = None,
         api_key: str | None = None,
         task: str | None = None,
+        snapshot: SnapshotInfo | str | None = None,
     ) -> _Opening:
         """A new session of ``policy`` whose every process sees ``env``, labelled with
         ``metadata`` (``.metadata``, and in ``list``). ``timeout`` is the default of
-        ``run_code`` and ``commands.run`` (seconds; the policy's otherwise)."""
+        ``run_code`` and ``commands.run`` (seconds; the policy's otherwise). From a
+        ``snapshot`` of the caller's: its files, policy, env and metadata (``env`` and
+        ``metadata`` given update its own); its REPL starts fresh."""
+        snapshot_id = snapshot.snapshot_id if isinstance(snapshot, SnapshotInfo) else snapshot
 
         async def made() -> AsyncSandbox:
             transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
@@ -127,7 +132,13 @@ class AsyncSandbox:
                 answer = check(
                     await transport.call(
                         "session",
-                        _present(operation="create", policy=policy, env=env, metadata=metadata),
+                        _present(
+                            operation="create",
+                            policy=policy,
+                            env=env,
+                            metadata=metadata,
+                            snapshot=snapshot_id,
+                        ),
                     )
                 )
             except BaseException:
@@ -188,6 +199,44 @@ class AsyncSandbox:
             return await _list(transport)
         finally:
             await _release(transport, owned)
+
+    @staticmethod
+    async def list_snapshots(
+        *,
+        orchestrator: Orchestrator | None = None,
+        tenant: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        task: str | None = None,
+    ) -> builtins.list[SnapshotInfo]:
+        """The caller's snapshots, oldest first."""
+        transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
+        try:
+            listed = check(await transport.call("session", {"operation": "snapshots"}))
+        finally:
+            await _release(transport, owned)
+        return [SnapshotInfo.of(row) for row in listed.get("snapshots", [])]
+
+    @staticmethod
+    async def delete_snapshot(
+        snapshot: SnapshotInfo | str,
+        *,
+        orchestrator: Orchestrator | None = None,
+        tenant: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        task: str | None = None,
+    ) -> bool:
+        """Delete one of the caller's snapshots (``session_not_found`` for any other); whether
+        its image is gone already (not while a session made from it runs)."""
+        snapshot_id = snapshot.snapshot_id if isinstance(snapshot, SnapshotInfo) else snapshot
+        transport, owned = open_transport(orchestrator, tenant, url, api_key, task)
+        try:
+            arguments = {"operation": "delete_snapshot", "snapshot": snapshot_id}
+            answer = check(await transport.call("session", arguments))
+        finally:
+            await _release(transport, owned)
+        return bool(answer.get("image_removed"))
 
     async def destroy(self) -> bool:
         """End the session and remove its container; False if it had ended already."""
@@ -318,6 +367,23 @@ class AsyncSandbox:
     async def metrics(self) -> SandboxMetrics:
         """The container's CPU and memory now (one request to the engine, about a second)."""
         return SandboxMetrics.of(await self._calls("session", "metrics"))
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    async def snapshot(self) -> SnapshotInfo:
+        """Keep the session's files, policy, env and metadata (not its REPL's memory) as a
+        snapshot of the caller's, counted against its snapshot quota and kept across restarts
+        of the server: ``create(snapshot=...)`` starts a session from it."""
+        return SnapshotInfo.of(await self._calls("session", "snapshot"))
+
+    async def fork(self, *, keep: bool = False) -> AsyncSandbox:
+        """A new session with a copy of this one's files, policy, env and metadata (a fresh
+        REPL), over this sandbox's connection: leave the fork before this sandbox."""
+        answer = await self._calls("session", "fork")
+        return AsyncSandbox(
+            self._transport, answer["session_id"], keep=keep, timeout=self.timeout,
+            metadata=answer.get("metadata"),
+        )  # fmt: skip
 
 
 class _Opening:

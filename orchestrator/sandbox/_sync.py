@@ -28,6 +28,7 @@ from orchestrator.sandbox._results import (
     Interruption,
     SandboxInfo,
     SandboxMetrics,
+    SnapshotInfo,
     Variable,
 )
 from orchestrator.sandbox._sandbox import AsyncSandbox
@@ -120,6 +121,45 @@ class Sandbox:
                 functools.partial(AsyncSandbox.list, orchestrator=local, **options)
             )
         return listed
+
+    @staticmethod
+    def list_snapshots(
+        *, orchestrator: SyncOrchestrator | None = None, **options: Any
+    ) -> builtins.list[SnapshotInfo]:
+        """The caller's snapshots (``AsyncSandbox.list_snapshots``)."""
+        portal, stack = _portal(orchestrator)
+        local = orchestrator.orchestrator if orchestrator is not None else None
+        with stack:
+            listed: builtins.list[SnapshotInfo] = portal.call(
+                functools.partial(AsyncSandbox.list_snapshots, orchestrator=local, **options)
+            )
+        return listed
+
+    @staticmethod
+    def delete_snapshot(
+        snapshot: SnapshotInfo | str,
+        *,
+        orchestrator: SyncOrchestrator | None = None,
+        **options: Any,
+    ) -> bool:
+        """Delete one of the caller's snapshots (``AsyncSandbox.delete_snapshot``)."""
+        portal, stack = _portal(orchestrator)
+        local = orchestrator.orchestrator if orchestrator is not None else None
+        deleting = functools.partial(
+            AsyncSandbox.delete_snapshot, snapshot, orchestrator=local, **options
+        )
+        with stack:
+            return bool(portal.call(deleting))
+
+    def snapshot(self) -> SnapshotInfo:
+        taken: SnapshotInfo = self._run(self._sandbox.snapshot)
+        return taken
+
+    def fork(self, *, keep: bool = False) -> Sandbox:
+        """A copy of this session (``AsyncSandbox.fork``), in this sandbox's portal: leave the
+        fork before this sandbox."""
+        forked: AsyncSandbox = self._run(self._sandbox.fork, keep=keep)
+        return Sandbox(self._portal, forked, ExitStack())
 
     @property
     def keep(self) -> bool:
