@@ -7,12 +7,14 @@ The scripted model is in ``scenario``; each test module wraps it in its framewor
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -25,6 +27,8 @@ from tests.frameworks import scenario
 
 # A scenario's calls: a container and a ready worker for the first, a cell, a loaded machine.
 SCENARIO_TIMEOUT = 120.0
+# A driver in its own virtualenv starts its interpreter, its framework and a server first.
+DRIVER_TIMEOUT = 2 * SCENARIO_TIMEOUT
 # A client that gives up on a call sooner than the long cell ends, where the framework lets a
 # timeout be set; long enough that no other call of the scenarios comes near it.
 CLIENT_TIMEOUT = 1.5
@@ -108,3 +112,19 @@ async def drive(
             except Exception as exc:  # what the client raised is the answer the model sees
                 seen = f"the tool call raised {type(exc).__name__}: {exc}"
             call = script.step(seen)
+
+
+async def run_driver(
+    python: Path, driver: Path, config: dict[str, Any], tmp_path: Path
+) -> dict[str, Any]:
+    """Run ``driver`` (a framework's agent loop, in that framework's pinned virtualenv) with
+    ``config`` as its JSON argument; its JSON answer. Its stderr is kept in ``tmp_path`` and
+    shown when it fails."""
+    stderr_path = tmp_path / f"{driver.stem}.stderr"
+    with stderr_path.open("wb") as stderr, anyio.fail_after(DRIVER_TIMEOUT):
+        done = await anyio.run_process(
+            [str(python), str(driver), json.dumps(config)], stderr=stderr, check=False
+        )
+    assert done.returncode == 0, stderr_path.read_text()[-4000:]
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer

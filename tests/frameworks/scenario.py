@@ -47,7 +47,9 @@ class Step:
 
 def as_result(seen: Seen) -> Seen:
     """A result the framework showed as JSON text (pydantic-ai's retry prompt is
-    ``{"error": "<the result as JSON>"}``) read as the dict it is; any other text as it is."""
+    ``{"error": "<the result as JSON>"}``; mcp-use shows a failed call as ``{"error":
+    "RuntimeError", "details": "<the result's text>"}``) read as what it holds; any other text
+    as it is."""
     if isinstance(seen, dict) or not seen.startswith("{"):
         return seen
     try:
@@ -56,6 +58,8 @@ def as_result(seen: Seen) -> Seen:
         return seen
     if isinstance(parsed, dict) and "success" in parsed:
         return parsed
+    if isinstance(parsed, dict) and isinstance(parsed.get("details"), str):
+        return as_result(parsed["details"])
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
         return as_result(parsed["error"])
     return seen

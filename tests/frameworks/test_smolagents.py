@@ -11,20 +11,13 @@ it. The fixture makes a virtualenv of its own with the pins below (``tests.pinne
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from tests.frameworks import scenario
-from tests.frameworks.conftest import (
-    SCENARIO_TIMEOUT,
-    Stdio,
-    every_operation,
-    every_tool_field,
-)
+from tests.frameworks.conftest import Stdio, every_operation, every_tool_field, run_driver
 from tests.pinned_venv import pinned_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -32,8 +25,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 PINS = ("smolagents==1.26.0", "mcpadapt==0.1.19", "mcp==1.30.0")
 DRIVER = Path(__file__).with_name("smolagents_driver.py")
 KINDS = ("tool_calling", "code")
-# The driver starts its interpreter, smolagents and ``sandhold mcp`` before the scenario.
-DRIVER_TIMEOUT = 2 * SCENARIO_TIMEOUT
 
 
 @pytest.fixture(scope="session")
@@ -47,22 +38,10 @@ async def run(
 ) -> tuple[scenario.Script, dict[str, Any]]:
     """One agent run in the driver; the script as it ran and the tools' inputs as smolagents
     made them."""
-    argument = json.dumps(
-        {
-            "plan": plan,
-            "kind": kind,
-            "command": server.command,
-            "args": server.args,
-            "env": server.env,
-            **config,
-        }
+    stdio = {"command": server.command, "args": server.args, "env": server.env}
+    answer = await run_driver(
+        python, DRIVER, {"plan": plan, "kind": kind, **stdio, **config}, tmp_path
     )
-    with (tmp_path / "driver.stderr").open("wb") as stderr, anyio.fail_after(DRIVER_TIMEOUT):
-        done = await anyio.run_process(
-            [str(python), str(DRIVER), argument], stderr=stderr, check=False
-        )
-    assert done.returncode == 0, (tmp_path / "driver.stderr").read_text()[-4000:]
-    answer = json.loads(done.stdout)
     assert answer["final"] == "done"
     return scenario.from_transcript_json(answer["transcript"], answer["finished"]), answer["inputs"]
 
