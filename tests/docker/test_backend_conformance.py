@@ -15,12 +15,14 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import pytest
 
 from orchestrator.backend.base import (
     LABEL_SESSION,
+    SNAPSHOT_FILES,
     STDERR,
     STDOUT,
     Backend,
@@ -30,7 +32,12 @@ from orchestrator.backend.base import (
 )
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.backend.fake import FakeBackend, FakeProcess, Program, ProgramRun
-from orchestrator.errors import BackendError, ContainerNotFoundError, InvalidArgumentError
+from orchestrator.errors import (
+    BackendError,
+    ContainerNotFoundError,
+    InvalidArgumentError,
+    NotSupportedError,
+)
 from orchestrator.policy.model import Policy, load_policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
 
@@ -391,3 +398,63 @@ async def test_an_exec_in_a_container_that_never_was_is_not_found(target: Target
         await target.backend.open_exec("0" * 64, ExecSpec(argv=CAT))
     with pytest.raises(ContainerNotFoundError):
         await target.backend.exec_exit_code("0" * 64)
+
+
+# -- snapshot images -----------------------------------------------------------------------
+
+
+async def test_a_committed_container_is_an_image_with_its_files_found_and_removed_by_label(
+    target: Target, tmp_path: Path
+) -> None:
+    archive = tmp_path / "files.tar"
+    archive.write_bytes(b"archived" * 512)
+    if target.engine.name == "kubernetes":  # a Pod cannot be made an image: refused, not faked
+        with pytest.raises(NotSupportedError):
+            await target.backend.commit_container(
+                "0" * 64, reference="sandhold-snapshot:none", labels={}, files=archive
+            )
+        for refused in (target.backend.list_images([MARKER]), target.backend.remove_image("x")):
+            with pytest.raises(NotSupportedError):
+                await refused
+        return
+    container_id, spec = await target.container()
+    marker = spec.extra_labels[MARKER]
+    reference = f"sandhold-snapshot:conformance-{marker}"
+    labels = {TEST_RUN_LABEL: RUN_ID, MARKER: marker}
+    with anyio.fail_after(STEP_TIMEOUT * 2):
+        image = await target.backend.commit_container(
+            container_id, reference=reference, labels=labels, files=archive
+        )
+    try:
+        assert image.reference == reference and labels.items() <= image.labels.items()
+        assert image.size_bytes >= archive.stat().st_size
+        found = await target.backend.list_images([f"{MARKER}={marker}"])
+        assert [i.reference for i in found] == [reference]
+        assert await target.backend.list_images([f"{MARKER}=another-value"]) == []
+
+        from_image = ContainerSpec(
+            image=reference,
+            policy=spec.policy,
+            session_id=secrets.token_hex(16),
+            tenant="test",
+            orchestrator_id=TEST_ORCHESTRATOR_ID,
+            extra_labels={TEST_RUN_LABEL: RUN_ID},
+        )
+        with anyio.fail_after(STEP_TIMEOUT):
+            made = await target.backend.create_container(from_image)
+        target.created.append(made)
+        if target.engine.name != "fake":  # the fake has no files; the kernel's part is Docker's
+            read = await target.backend.run(
+                made, ExecSpec(argv=["cat", SNAPSHOT_FILES]), timeout=RUN_TIMEOUT,
+                max_output_bytes=MAX_OUTPUT,
+            )  # fmt: skip
+            assert read.exit_code == 0 and read.stdout == archive.read_bytes()
+        # An image a container uses stays; once it is gone, so is the image, and again.
+        assert await target.backend.remove_image(reference) is False
+        await target.backend.remove_container(made)
+        assert await target.backend.remove_image(reference) is True
+        assert await target.backend.list_images([f"{MARKER}={marker}"]) == []
+        assert await target.backend.remove_image(reference) is True
+    finally:
+        with anyio.CancelScope(shield=True):
+            await target.backend.remove_image(reference)
