@@ -11,8 +11,9 @@ the machine falls on every row alike; prints JSON.
   remote over REST (what the issue called a REPL call's cost);
 - ``sandhold_process``: sandhold's ``commands.run("echo 1", cwd="/workspace")``, a process of
   its own (``terminal`` ``start`` + ``wait``), the path every E2B command takes;
-- ``in_sandbox_bash_login``: ``bash -l -c 'echo 1'`` timed inside the sandbox by bash itself
-  (the floor no server can go under).
+- ``in_sandbox_*``: what the commands of the rows above run inside the sandbox, timed there
+  by bash itself (``floors``): the floor no server goes under; a row's p50 minus its floor is
+  what the server and the spawner add.
 """
 
 from __future__ import annotations
@@ -32,20 +33,34 @@ from _stats import summary
 from e2b_sdk import serving
 
 from orchestrator import Sandbox as SandholdSandbox
+from orchestrator.e2b._demux import new_marker, with_stderr_marked
 
 # One create of each kind; a cold container on a loaded machine takes seconds.
 CREATE_TIMEOUT = 900
-# Timing loops run inside the sandbox: enough runs that bash's own start-up shows its p50.
-IN_SANDBOX_RUNS = 50
 
 
-def in_sandbox_floor(box: Any) -> dict[str, float]:
-    script = (
-        f"for i in $(seq {IN_SANDBOX_RUNS}); do s=$(date +%s%N); bash -l -c 'echo 1' >/dev/null;"
-        " e=$(date +%s%N); echo $(( (e - s) / 1000 )); done"
-    )
-    out = box.commands.run(script, timeout=300).stdout
-    return summary([int(line) / 1e6 for line in out.split()])
+def floors() -> dict[str, str]:
+    """What each row's command runs inside the sandbox, given to ``bash -c`` as the terminal
+    does: the floor of each row."""
+    login = "/bin/bash -l -c 'echo 1'"
+    return {
+        "in_sandbox_bash": "echo 1",  # sandhold's own new process
+        "in_sandbox_bash_login": login,  # E2B's login shell alone (/etc/profile runs id)
+        # What an E2B command runs: E2B's bash -l, and sed marking its stderr.
+        "in_sandbox_e2b_command": with_stderr_marked(login, new_marker()),
+    }
+
+
+def floor_script() -> str:
+    """One run of each floor, timed inside the sandbox by bash: ``name microseconds`` lines."""
+    lines = []
+    for name, command in floors().items():
+        lines += [
+            f"IFS= read -r -d '' c <<'SANDHOLD_EOF'\n{command}\nSANDHOLD_EOF",
+            f's=$(date +%s%N); bash -c "$c" >/dev/null; e=$(date +%s%N); '
+            f"echo {name} $(( (e - s) / 1000 ))",
+        ]
+    return "\n".join(lines)
 
 
 def main(rounds: int) -> None:
@@ -66,13 +81,17 @@ def main(rounds: int) -> None:
                 samples: dict[str, list[float]] = {name: [] for name in calls}
                 for call in calls.values():
                     call()  # warm: the first command of a sandbox starts its helpers
+                script = floor_script()
                 for _ in range(rounds):
                     for name, call in calls.items():
                         started = time.perf_counter()
                         call()
                         samples[name].append(time.perf_counter() - started)
+                    # The floors in the same round, so they see the same load as the calls.
+                    for line in e2b.commands.run(script).stdout.splitlines():
+                        name, micros = line.split()
+                        samples.setdefault(name, []).append(int(micros) / 1e6)
                 rows = {name: summary(values) for name, values in samples.items()}
-                rows["in_sandbox_bash_login"] = in_sandbox_floor(e2b)
         finally:
             e2b.kill()
     from importlib.metadata import version
@@ -85,6 +104,15 @@ def main(rounds: int) -> None:
                 "sdk": {"e2b": version("e2b")},
                 "rounds": rounds,
                 **rows,
+                # What the server and the spawner add over what the command costs in the sandbox.
+                "overhead_p50_ms": {
+                    "e2b_sdk": round(
+                        rows["e2b_sdk"]["p50_ms"] - rows["in_sandbox_e2b_command"]["p50_ms"], 3
+                    ),
+                    "sandhold_process": round(
+                        rows["sandhold_process"]["p50_ms"] - rows["in_sandbox_bash"]["p50_ms"], 3
+                    ),
+                },
             },
             indent=2,
         )

@@ -8,16 +8,18 @@ exec's, plus what only a spawned process has: its ``exit_code``, ``resize`` and 
 through the spawner, with no exec.
 
 Invariants:
-- One spawner per session, started on the first command, read by one pump task (in the task
-  group of the terminals that use it); the pump dispatches replies by request id and events by
-  pid, and drops whatever matches neither (a late line, or one forged by code in the sandbox,
-  which runs as the same user).
+- One spawner per session, started on the first command (it exits after
+  ``SPAWNER_IDLE_TIMEOUT`` with nothing running and nothing asked), read by one pump task (in
+  the task group of the terminals that use it); the pump dispatches replies by request id and
+  events by pid, and drops whatever matches neither (a late line, or one forged by code in the
+  sandbox, which runs as the same user).
 - Everything it says is untrusted: lines are bounded (``LineBuffer``), decoded strictly and
   checked against a model (``_Reply``, ``_Output``, ``_Exit``); a line too long or malformed
   ends the spawner as a lost one.
 - A spawner that ends (killed, crashed, out of step) costs its own processes only: each of
-  their streams ends with no exit code, every request waiting on it fails, and the next
-  ``start`` starts a fresh spawner.
+  their streams ends with no exit code, their process groups are killed (they would outlive a
+  spawner killed by SIGKILL), every request waiting on it fails, and the next ``start``
+  starts a fresh spawner.
 - A process's output waits in its stream's queue (``QUEUE_CHUNKS``) until its terminal's pump
   takes it; the terminal's buffer bounds its memory.
 """
@@ -48,10 +50,19 @@ from orchestrator.errors import (
 )
 from orchestrator.session.helper_exchange import SEND_CHUNK_BYTES, STDERR_TAIL_BYTES, stderr_hint
 from orchestrator.session.repl.protocol import LineBuffer, ProtocolViolation, untrusted_json
+from orchestrator.session.signals import signal_process_group_quietly
 
 __all__ = ["SPAWNER_ARGV", "ServedSpawner", "SpawnedStream"]
 
-SPAWNER_ARGV: Final = ("python3", "-I", "/opt/sandhold/worker/spawner.py")
+# A spawner with no process and no request for this long exits (~9 MiB of the session's memory
+# back); an agent's commands come seconds apart, and after a pause the next pays one exec.
+SPAWNER_IDLE_TIMEOUT: Final = 60.0
+SPAWNER_ARGV: Final = (
+    "python3",
+    "-I",
+    "/opt/sandhold/worker/spawner.py",
+    f"{SPAWNER_IDLE_TIMEOUT:g}",
+)
 # 64 random bits: a request id nobody in the sandbox can guess before it is on its way.
 ID_BYTES: Final = 8
 # The spawner sends at most 32 KiB of output per line, base64 and JSON around it: ~44 KiB.
@@ -141,8 +152,10 @@ class SpawnedStream:
 class _Connection:
     """One running spawner: its exec stream, the requests awaiting replies, its processes."""
 
-    def __init__(self, stream: ExecStream) -> None:
+    def __init__(self, stream: ExecStream, backend: Backend, container_id: str) -> None:
         self.stream = stream
+        self.backend = backend
+        self.container_id = container_id
         self.lines = LineBuffer(MAX_LINE_BYTES)
         self.waiting: dict[str, tuple[anyio.Event, list[_Reply]]] = {}
         self.processes: dict[int, SpawnedStream] = {}
@@ -200,10 +213,18 @@ class _Connection:
             self.ended = True
             for event, _ in list(self.waiting.values()):
                 event.set()
-            for process in list(self.processes.values()):
-                process._end(None)
+            orphans = list(self.processes.values())
             with anyio.CancelScope(shield=True):
                 await self.stream.aclose()
+                # A spawner killed with SIGKILL leaves what it started running, reparented:
+                # they are killed before they are reported ended (one short exec each, on
+                # this path only).
+                for process in orphans:
+                    await signal_process_group_quietly(
+                        self.backend, self.container_id, process.pid, "KILL"
+                    )
+            for process in orphans:
+                process._end(None)
 
     async def _dispatch(self, line: bytes) -> None:
         try:
@@ -291,7 +312,7 @@ class ServedSpawner:
                 stream = await self._backend.open_exec(
                     self._container_id, ExecSpec(argv=list(SPAWNER_ARGV))
                 )
-                self._current = _Connection(stream)
+                self._current = _Connection(stream, self._backend, self._container_id)
                 task_group.start_soon(self._current.pump)
             return self._current
 

@@ -2,7 +2,9 @@
 and streams their output, so a command costs a line on an open stream instead of a ``docker
 exec`` (as E2B's envd spawns its processes).
 
-Started as ``python3 -I /opt/sandhold/worker/spawner.py`` (an attached exec, the sandbox user).
+Started as ``python3 -I /opt/sandhold/worker/spawner.py <idle_s>`` (an attached exec, the
+sandbox user); with no process running and no request for ``idle_s`` it exits, so an idle
+session does not keep it (the host starts a fresh one for its next command).
 Stdlib only. Requests are JSON lines on stdin, each with an ``id`` and an ``op``:
 
 - ``start``: ``argv``, ``env`` (set over this helper's own environment), ``cwd``, ``pty``
@@ -36,6 +38,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from typing import Any
 
 READ_BYTES = 32 * 1024
@@ -45,6 +48,8 @@ OUT_HIGH = 1 << 20
 MAX_STDIN_BUFFER = 1 << 20
 MAX_REQUEST_BYTES = 4 << 20
 MAX_PROCESSES = 1024
+# A day without a command is not a session at work (the host asks for far less).
+MAX_IDLE_S = 86_400.0
 # How soon a full pipe (our stdout, a child's stdin) is looked at again.
 POLL_S = 0.01
 
@@ -67,7 +72,9 @@ class Child:
 
 
 class Spawner:
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self.last_request = time.monotonic()
         self.sel = selectors.DefaultSelector()
         self.children: dict[int, Child] = {}
         self.out = bytearray()
@@ -106,6 +113,7 @@ class Spawner:
         if not data:
             self.shutdown(0)
         self.inbuf += data
+        self.last_request = time.monotonic()
         while (end := self.inbuf.find(b"\n")) >= 0:
             line = bytes(self.inbuf[:end])
             del self.inbuf[: end + 1]
@@ -318,7 +326,7 @@ class Spawner:
                 self.write_input(child)
                 waiting_in = waiting_in or bool(child.pending_in)
             # Our stdout or a child's stdin is full: look again soon (they are rare and short).
-            timeout = POLL_S if self.out or waiting_in else None
+            timeout = POLL_S if self.out or waiting_in else self.idle_left()
             for key, _ in self.sel.select(timeout):
                 if key.data == "stdin":
                     self.read_requests()
@@ -328,10 +336,25 @@ class Spawner:
                 else:
                     self.read_output(key.data)
             self.reap()
+            left = self.idle_left()
+            if left is not None and left <= 0 and not self.out:
+                self.shutdown(0)
+
+    def idle_left(self) -> float | None:
+        """Seconds until an idle exit; None while a process runs."""
+        if self.children:
+            return None
+        return max(0.0, self.last_request + self.idle_s - time.monotonic())
 
 
-def main() -> None:
-    Spawner().run()
+def main() -> int:
+    try:
+        idle_s = float(sys.argv[1])
+    except (IndexError, ValueError):
+        print("usage: spawner.py <idle_s>", file=sys.stderr)
+        return 2
+    Spawner(idle_s if 0 < idle_s <= MAX_IDLE_S else MAX_IDLE_S).run()
+    return 0
 
 
 if __name__ == "__main__":

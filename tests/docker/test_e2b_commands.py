@@ -108,6 +108,12 @@ def test_the_spawner_killed_ends_only_the_commands_running_then(sandbox: Sandbox
     with pytest.raises(CommandExitException):
         running.wait()  # it ended with its spawner, reported, never hung
     assert sandbox.commands.run("echo after").stdout == "after\n"
+    # Nothing it started runs on: no `sleep 300` is left in the sandbox.
+    left = sandbox.commands.run(
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep 30[0]'"
+        " || true"
+    )
+    assert left.stdout == "0\n"
     assert spawner_of(sandbox).split()[0] != first
 
 
