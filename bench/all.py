@@ -30,6 +30,7 @@ SCRIPTS = (
     "tool_list",
     "cli_startup",
     "e2b_sdk",
+    "body_bombs",
 )
 # The longest one (density: 100 sessions) takes a few minutes on two cores.
 SCRIPT_TIMEOUT = 1800
