@@ -5,8 +5,8 @@ Roles: ``/healthz``, ``/readyz``, the ``/ui`` page's files (it asks for a key it
 discovery under ``/.well-known/`` need no key: a load balancer's probe carries none, a browser
 opening a page sends no header, and MCP clients probe ``/.well-known/oauth-*`` before
 connecting, where a 404 tells them there is no OAuth here. ``/metrics`` and ``/v1/ops/pools``
-(figures of the whole server) need an operator's key; ``/v1/ops/sessions`` and
-``/v1/ops/audit`` take either key (a tenant sees its own, an operator every tenant's);
+(figures of the whole server) need an operator's key; ``/openapi.json``, ``/v1/ops/sessions``
+and ``/v1/ops/audit`` take either key (a tenant sees its own, an operator every tenant's);
 everything else is a tenant's.
 
 Refusals are the result shape every answer has; at ``/mcp`` also a JSON-RPC error (``id``
@@ -41,7 +41,8 @@ PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", *UI_PATHS})
 # Discovery documents (RFC 8615): none exists here, and saying so needs no key.
 PUBLIC_PREFIX: Final = "/.well-known/"
 OPERATOR_PATHS: Final = frozenset({METRICS_PATH, OPS_POOLS_PATH})
-EITHER_PATHS: Final = frozenset({OPS_SESSIONS_PATH, OPS_AUDIT_PATH})
+# The API's description is anyone's with a key; the ops views are each key's own.
+EITHER_PATHS: Final = frozenset({"/openapi.json", OPS_SESSIONS_PATH, OPS_AUDIT_PATH})
 # The MCP SDK refuses a message over its own cap with a bare 413 of its own; the door's is the
 # same, so that it answers first, in the shape every refusal has.
 MCP_LIMITS: Final = BodyLimits(

@@ -184,6 +184,7 @@ async def test_an_operator_sees_every_tenants_sessions_and_records_and_calls_no_
     assert {e["tenant"] for e in audit["events"]} == {"team-a", "team-b"}
     mine = (await client(KEY_A).get("/v1/ops/sessions")).json()
     assert [s["tenant"] for s in mine["sessions"]] == ["team-a"] and mine["operator"] is False
+    assert (await client(KEY_OPS).get("/openapi.json")).status_code == 200
     refused = await client(KEY_OPS).post("/v1/sessions", json={"code": "1"})
     assert refused.status_code == 403 and refused.json()["rule"] == "role.tenant"
 
