@@ -113,7 +113,9 @@ async def test_kill_9_then_restart_re_adopts_sessions_and_leaves_no_orphan(
                 tg.cancel_scope.cancel()
         left = containers_of(orchestrator_id)
         assert len(left) == 2  # the session's, and the warm pool's
-        session_container = next(c for c in left if "sleep 1001" in "".join(command_lines(c)))
+        # The terminal's command ends with the server (its spawner reads EOF and kills what
+        # it started); the background process lives on in the session's container.
+        session_container = next(c for c in left if "sleep 1002" in "".join(command_lines(c)))
 
     async with running(
         worker_image.tag, tmp_path, data_dir=data_dir, orchestrator_id=orchestrator_id
