@@ -54,12 +54,13 @@ def _read_until_e2b_line(process: subprocess.Popen[str]) -> tuple[str, str]:
     found = threading.Event()
 
     def read() -> None:
+        # Reads to the end: a pipe nobody drains would stall the server once its log fills it.
         assert process.stdout is not None
         for line in process.stdout:
-            seen.append(line)
+            if not found.is_set():
+                seen.append(line)
             if "E2B protocol on" in line:
                 found.set()
-                return
 
     threading.Thread(target=read, daemon=True).start()
     if not found.wait(STARTUP_TIMEOUT):

@@ -15,7 +15,9 @@ def write(path: Path, text: str) -> Path:
 
 def test_every_shipped_policy_loads_and_has_a_stable_hash() -> None:
     names = shipped_policy_names()
-    assert names == ["default", "pip", "python-data", "shell", "strict", "unrestricted-python"]
+    assert names == [
+        "agent", "default", "pip", "python-data", "shell", "strict", "unrestricted-python",
+    ]  # fmt: skip
     for name in names:
         assert load_policy(name).hash == load_policy(name).hash
     assert len({load_policy(name).hash for name in names}) == len(names)
