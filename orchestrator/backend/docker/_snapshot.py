@@ -2,10 +2,12 @@
 tmpfs roots (which a commit does not capture) added at ``SNAPSHOT_FILES``.
 
 A commit cannot add a file, and a session's root is read-only, so the archive goes in through a
-second, never-started container made from the first commit (``put_archive``), committed again
-under the snapshot's tag. The first image is left untagged as the second's parent: removing the
-tag removes both. Every path that fails after something was made removes it; the helper
-container carries the caller's labels, so a sweep by label finds it after a crash.
+never-started helper container (``put_archive``), committed under the snapshot's tag. The helper
+is made from the container's own image when its root is read-only (its writable layer is then
+empty: every session's), else from a first commit of the container, left untagged as the
+snapshot's parent (removing the tag removes both). Every path that fails after something was
+made removes it; the helper carries the caller's labels, so a sweep by label finds it after a
+crash.
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ def _image_size(sdk: Any, ref: str) -> int:
 def _commit_blocking(
     sdk: Any, container_id: str, reference: str, labels: Mapping[str, str], files: Path | None
 ) -> SnapshotImage:
-    base = str(sdk.api.inspect_container(container_id).get("Image", ""))
+    container = sdk.api.inspect_container(container_id)
+    base = str(container.get("Image", ""))
+    # A read-only root (every session's) leaves the writable layer empty: nothing to commit,
+    # and a commit on a driver without a native diff (fuse-overlayfs) walks the whole image.
+    read_only = bool((container.get("HostConfig") or {}).get("ReadonlyRootfs"))
     repository, _, tag = reference.partition(":")
     changes = _label_changes(labels)
     made: list[str] = []  # images to remove if a later step fails
@@ -64,11 +70,13 @@ def _commit_blocking(
         if files is None:
             sdk.api.commit(container_id, repository=repository, tag=tag, changes=changes)
         else:
-            first = str(sdk.api.commit(container_id, changes=changes)["Id"])
-            made.append(first)
+            source = base
+            if not read_only:
+                source = str(sdk.api.commit(container_id, changes=changes)["Id"])
+                made.append(source)
             helper = str(
                 sdk.api.create_container(
-                    image=first, command=["true"], labels=dict(labels), network_disabled=True
+                    image=source, command=["true"], labels=dict(labels), network_disabled=True
                 )["Id"]
             )
             with tempfile.TemporaryDirectory(prefix="sandhold-snapshot-") as tmp:
