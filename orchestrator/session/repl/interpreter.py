@@ -331,7 +331,15 @@ class Repl:
         except BackendUnavailableError:
             await self._lose_stream(worker)
             raise
-        except (WorkerExited, ProtocolViolation, TimeoutError):
+        except TimeoutError:
+            # The stream runs through the engine: a frozen engine stalls the ping too, and
+            # killing the worker then would be carried out once the engine thaws, its state lost.
+            try:
+                await self._backend.ping()
+            except BackendUnavailableError:
+                await self._lose_stream(worker)
+                raise
+        except (WorkerExited, ProtocolViolation):
             pass
         await self._discard(worker)
         return await self._ensure_worker()
