@@ -276,7 +276,7 @@ NETWORK_DENIED = {
 
 CONTEXT_FIELDS = {
     "id": ("string", "The context's id (`default`: the session's own REPL)."),
-    "language": ("string", "`python` or `bash`."),
+    "language": ("string", "`python`, `bash` or `javascript`."),
     "cwd": ("string or null", "Its working directory; null: the session's."),
 }
 CONTEXT = {"context": ("object", "The context: `id`, `language`, `cwd`.")}

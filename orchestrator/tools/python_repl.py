@@ -42,7 +42,7 @@ class ExecuteArgs(ToolArgs):
 
 class CreateContextArgs(ToolArgs):
     session_id: str = SESSION_ID
-    language: str = Field("python", description="`python` or `bash`.")
+    language: str = Field("python", description="`python`, `bash` or `javascript`.")
     cwd: str | None = Field(None, description="Absolute working directory of the context.")
 
 

@@ -17,7 +17,6 @@ import ctypes
 import os
 import re
 import secrets
-import selectors
 import shlex
 import shutil
 import signal
@@ -36,13 +35,13 @@ import contextlib
 
 from .config import WorkerConfig
 from .kernel import Sink, run
+from .kernel_pipes import collect
 
 BASH_ARGV = ("bash", "--norc", "--noprofile")
 # Set once at start: an interrupted cell returns from its ``.`` with the status of a SIGINT.
 PRELUDE = "trap 'return 130 2>/dev/null' INT\n"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PR_SET_PDEATHSIG = 1
-_READ_BYTES = 1 << 16
 
 
 def _die_with_parent() -> None:
@@ -135,18 +134,10 @@ class BashAdapter:
         assert self._process.stdout is not None
         assert self._process.stderr is not None
         fds = (self._process.stdout.fileno(), self._process.stderr.fileno())
-        pipes = [_Pipe(fd, self._token, self._limit, sink, index) for index, fd in enumerate(fds)]
-        with selectors.DefaultSelector() as selector:
-            for pipe in pipes:
-                selector.register(pipe.fd, selectors.EVENT_READ, pipe)
-            while not all(pipe.done for pipe in pipes):
-                for key, _ in selector.select():
-                    pipe = key.data
-                    pipe.feed(os.read(pipe.fd, _READ_BYTES))
-                    if pipe.done:
-                        selector.unregister(pipe.fd)
-        status = pipes[0].status
-        return [(p.kept, p.total) for p in pipes], status
+        streams, trailer = collect(fds, self._token, self._limit, sink)
+        if trailer is None:
+            return streams, None
+        return streams, int(trailer) if trailer.isdigit() else 0
 
     def _cpu_seconds(self) -> float:
         """CPU time of bash and the commands it waited for (its /proc stat)."""
@@ -162,63 +153,6 @@ class BashAdapter:
             self._process.kill()
         self._process.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-class _Pipe:
-    """One of bash's output pipes during a cell: what comes before the marker, kept up to the
-    stream cap and streamed as it comes; a tail that may be the start of the marker is held
-    back until the next read tells."""
-
-    def __init__(self, fd: int, token: bytes, limit: int, sink: Sink | None, index: int) -> None:
-        self.fd = fd
-        self._token = token
-        self._limit = limit
-        self._sink = sink
-        self._index = index
-        self._pending = b""
-        self.kept = b""
-        self.total = 0
-        self.done = False
-        self.status: int | None = None
-
-    def feed(self, data: bytes) -> None:
-        if not data:  # bash is gone
-            self._emit(self._pending)
-            self.done = True
-            return
-        self._pending += data
-        at = self._pending.find(self._token)
-        if at < 0:
-            hold = _partial_marker(self._pending, self._token)
-            self._emit(self._pending[: len(self._pending) - hold])
-            self._pending = self._pending[len(self._pending) - hold :]
-            return
-        end = self._pending.find(b"\n", at)
-        if end < 0:
-            return  # the rest of the marker line comes with the next read
-        self._emit(self._pending[:at])
-        digits = self._pending[at + len(self._token) : end]
-        self.status = int(digits) if digits.isdigit() else 0
-        self.done = True
-
-    def _emit(self, data: bytes) -> None:
-        if not data:
-            return
-        self.total += len(data)
-        room = self._limit - len(self.kept)
-        if room > 0:
-            self.kept += data[:room]
-            if self._sink is not None:
-                self._sink(self._index, data[:room])
-
-
-def _partial_marker(data: bytes, token: bytes) -> int:
-    """How many bytes at the end of ``data`` may be the start of ``token`` (held back until the
-    next read says whether they are)."""
-    for length in range(min(len(token) - 1, len(data)), 0, -1):
-        if token.startswith(data[-length:]):
-            return length
-    return 0
 
 
 def _reply(

@@ -85,9 +85,13 @@ def test_ipython_cell_rules_and_a_tables_data(sandbox: Sandbox) -> None:
 
 
 def test_a_language_without_a_kernel_is_refused_clearly(sandbox: Sandbox) -> None:
-    ran = sandbox.run_code("console.log(1)", language="js")
+    ran = sandbox.run_code("print(1)", language="r")
     assert ran.error is not None and ran.error.name == "invalid_argument"
-    assert "no language of that name" in ran.error.value and "'js'" in ran.error.value
+    assert "no language of that name" in ran.error.value and "'r'" in ran.error.value
+    # JavaScript has a kernel, whose node this template does not have.
+    js = sandbox.run_code("console.log(1)", language="js")
+    assert js.error is not None and js.error.name == "invalid_argument"
+    assert "javascript kernel could not start" in js.error.value
 
 
 def test_code_contexts_keep_their_own_state_and_cwd(sandbox: Sandbox) -> None:

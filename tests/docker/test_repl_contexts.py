@@ -185,6 +185,9 @@ async def test_bad_context_arguments_are_refused(orch: Orchestrator) -> None:
     sid = await session(orch)
     unknown = await repl(orch, operation="create_context", session_id=sid, language="cobol")
     assert unknown["error_type"] == "invalid_argument"
+    no_node = await repl(orch, operation="create_context", session_id=sid, language="js")
+    assert no_node["error_type"] == "invalid_argument"
+    assert "javascript kernel could not start" in no_node["error_message"]
     relative = await repl(orch, operation="create_context", session_id=sid, cwd="tmp")
     assert relative["error_type"] == "invalid_argument"
     absent = await repl(orch, operation="create_context", session_id=sid, cwd="/no/such/dir")

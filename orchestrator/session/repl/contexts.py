@@ -62,12 +62,16 @@ KERNEL_DIR: Final = "/opt/sandhold/worker"
 LANGUAGES: Final[Mapping[str, tuple[str, ...]]] = {
     "python": WORKER_ARGV,
     "bash": ("python3", "-I", f"{KERNEL_DIR}/kernel_bash.py"),
+    # Needs node in the session's image: a template with Debian's nodejs.
+    "javascript": ("python3", "-I", f"{KERNEL_DIR}/kernel_node.py"),
 }
 ALIASES: Final[Mapping[str, str]] = {
     "py": "python",
     "python3": "python",
     "sh": "bash",
     "shell": "bash",
+    "js": "javascript",
+    "node": "javascript",
 }
 
 
@@ -81,7 +85,7 @@ def canonical_language(name: object) -> str:
     shown = repr(name)[:64]
     raise InvalidArgumentError(
         f"unknown language {shown}; supported: {', '.join(LANGUAGES)}",
-        hint="JavaScript, TypeScript, R and Java kernels are not part of this build",
+        hint="TypeScript, R and Java kernels are not part of this build",
     )
 
 
@@ -181,11 +185,16 @@ class ReplContexts:
         try:
             await repl.start()
         except ProcessCrashedError as exc:
-            if directory is None:
-                raise
-            raise InvalidArgumentError(
-                f"the context could not start in {directory!r} (does it exist?): {exc}"
-            ) from exc
+            if directory is not None:
+                raise InvalidArgumentError(
+                    f"the context could not start in {directory!r} (does it exist?): {exc}"
+                ) from exc
+            if name != "python":
+                raise InvalidArgumentError(
+                    f"the {name} kernel could not start: {exc}",
+                    hint=f"{name} needs its runtime in the session's template",
+                ) from exc
+            raise
         info = ContextInfo(
             id=context_id or secrets.token_hex(CONTEXT_ID_BYTES), language=name, cwd=directory
         )

@@ -1,0 +1,264 @@
+"""The JavaScript kernel: one long-lived ``node`` whose globals, ``let``/``const`` bindings and
+functions last from cell to cell, behind the worker protocol (kernel.py).
+
+The node side is the short driver below, written to the kernel's own folder at start: it reads
+cells as JSON lines on fd 3 (so a cell reading stdin never sees them), runs each with ``vm`` in
+one context that lives as long as the kernel (top-level bindings of one script are seen by the
+next, as in a browser's console), awaits a cell's promise, and after it prints the marker:
+a random token, then the outcome as JSON (the value's ``util.inspect``, or the error's name,
+message and stack). A cell with a top-level ``await`` that does not compile as a script runs in
+an async function: its bindings stay its own there, and ``return`` gives its value. A cell's
+env is in ``process.env`` for that cell only.
+
+SIGINT (the host's timeout) goes to node, whose driver ends the running cell at once with a
+``KeyboardInterrupt`` (the state kept; a promise the cell left pending runs on); a cell busy in
+a loop of its own holds node until the host's kill grace, then the kernel is killed and
+replaced (``state_reset``). node dies with the kernel (PR_SET_PDEATHSIG).
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+if __name__ == "__main__" and not __package__:
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_here))
+    __package__ = os.path.basename(_here)
+
+from .config import WorkerConfig
+from .kernel import Sink, run
+from .kernel_pipes import collect
+
+NODE = "node"
+# Cells reach the driver on this fd, a pipe of the kernel's own.
+CELL_FD = 3
+_PR_SET_PDEATHSIG = 1
+DRIVER = r"""
+'use strict';
+const fs = require('fs');
+const readline = require('readline');
+const util = require('util');
+const vm = require('vm');
+const context = vm.createContext(Object.assign(Object.create(globalThis), {
+  require, module, exports: module.exports, console, process, Buffer, URL, URLSearchParams,
+  TextEncoder, TextDecoder, setTimeout, clearTimeout, setInterval, clearInterval, setImmediate,
+  clearImmediate, queueMicrotask, structuredClone, fetch: globalThis.fetch,
+}));
+const INTERRUPTED = { name: 'KeyboardInterrupt', message: 'interrupted', stack: '' };
+let finish = null;
+process.on('SIGINT', () => {
+  if (finish) finish({ error: INTERRUPTED, interrupted: true });
+});
+async function evaluate(code) {
+  const options = { filename: 'cell.js' };
+  let value;
+  try {
+    value = vm.runInContext(code, context, options);
+  } catch (error) {
+    if (!(error && error.name === 'SyntaxError' && /\bawait\b/.test(code))) throw error;
+    value = await vm.runInContext(asAsync(code), context, options);
+  }
+  if (value && typeof value.then === 'function') value = await value;
+  return value;
+}
+// A cell with a top-level await, as an async function's body: a top-level `const x =` (or let,
+// var) becomes a global `x =` so later cells see it, and a last line that is an expression is
+// returned as the cell's value.
+const STATEMENT = /^(const|let|var|function|class|if|for|while|do|switch|try|return|throw|[}\/])/;
+function asAsync(code) {
+  const binding = /(^|;\s*)(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=/g;
+  const lines = code.split('\n').map((line) => line.replace(binding, '$1$2 ='));
+  for (let at = lines.length - 1; at >= 0; at--) {
+    const body = lines[at].trim().replace(/;\s*$/, '');
+    if (!body) continue;
+    const cut = body.lastIndexOf(';');
+    const last = body.slice(cut + 1).trim();
+    if (!STATEMENT.test(last) && !lines[at].startsWith(' ') && !last.endsWith('{')) {
+      lines[at] = body.slice(0, cut + 1) + ' return (' + last + ');';
+    }
+    break;
+  }
+  return '(async () => {\n' + lines.join('\n') + '\n})()';
+}
+function describe(error) {
+  if (error && typeof error === 'object' && 'stack' in error) {
+    const name = String(error.name || 'Error');
+    return { name, message: String(error.message), stack: String(error.stack || '') };
+  }
+  return { name: 'Error', message: util.inspect(error), stack: '' };
+}
+function setEnv(values) {
+  const saved = {};
+  for (const [name, value] of Object.entries(values)) {
+    saved[name] = process.env[name];
+    if (value === undefined) delete process.env[name];
+    else process.env[name] = value;
+  }
+  return saved;
+}
+async function runCell(request) {
+  const saved = setEnv(request.env || {});
+  const outcome = await new Promise((resolve) => {
+    finish = resolve;
+    evaluate(request.code).then(
+      (value) => resolve(value === undefined ? {} : { value: util.inspect(value) }),
+      (error) => resolve({ error: describe(error) }));
+  });
+  finish = null;
+  setEnv(saved);
+  return outcome;
+}
+function write(stream, text) {
+  return new Promise((resolve) => stream.write(text, resolve));
+}
+(async () => {
+  const lines = readline.createInterface({ input: fs.createReadStream(null, { fd: 3 }) });
+  for await (const line of lines) {
+    const request = JSON.parse(line);
+    const outcome = await runCell(request);
+    await write(process.stdout, request.token + JSON.stringify(outcome) + '\n');
+    await write(process.stderr, request.token + '\n');
+  }
+  process.exit(0);
+})();
+"""
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class NodeAdapter:
+    def __init__(self, config: WorkerConfig) -> None:
+        self._limit = config.max_stream_bytes
+        self._dir = tempfile.mkdtemp(prefix="sandhold-node-")
+        driver = os.path.join(self._dir, "driver.js")
+        with open(driver, "w", encoding="utf-8") as file:
+            file.write(DRIVER)
+        self._token = secrets.token_hex(16).encode()
+        cells_out, self._cells = os.pipe()
+
+        def in_child() -> None:
+            os.dup2(cells_out, CELL_FD)
+            _die_with_parent()
+
+        self._process = subprocess.Popen(
+            [NODE, driver],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(CELL_FD,),
+            start_new_session=True,
+            preexec_fn=in_child,
+        )
+        os.close(cells_out)
+        found = subprocess.run([NODE, "--version"], capture_output=True, text=True, check=False)
+        self.version = "node " + found.stdout.strip()[:48]
+        self._running = False
+        self._env: dict[str, str] = {}
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def set_env(self, env: "dict[str, str]") -> None:
+        self._env.update(env)  # given with every cell after this one
+
+    def interrupt(self) -> None:
+        if self._running:
+            with contextlib.suppress(OSError):
+                os.kill(self._process.pid, signal.SIGINT)
+
+    def execute(self, code: str, env: "dict[str, str]", sink: Sink | None) -> "dict[str, Any]":
+        started, cpu = time.perf_counter(), self._cpu_seconds()
+        request = {"code": code, "env": {**self._env, **env}, "token": self._token.decode()}
+        self._running = True
+        try:
+            os.write(self._cells, json.dumps(request).encode() + b"\n")
+            streams, trailer = self._collect(sink)
+        except OSError:
+            streams, trailer = self._collect(sink)
+        finally:
+            self._running = False
+        reply = _reply(trailer)
+        for index, name in enumerate(("stdout", "stderr")):
+            data, total = streams[index]
+            reply[name] = data.decode("utf-8", "replace")
+            reply[f"{name}_bytes"] = total
+            reply["truncated"] = reply["truncated"] or total > len(data)
+        reply["execution_time_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        reply["cpu_time_ms"] = round(max(self._cpu_seconds() - cpu, 0.0) * 1000, 3)
+        return reply
+
+    def _collect(self, sink: Sink | None) -> "tuple[list[tuple[bytes, int]], bytes | None]":
+        assert self._process.stdout is not None
+        assert self._process.stderr is not None
+        fds = (self._process.stdout.fileno(), self._process.stderr.fileno())
+        return collect(fds, self._token, self._limit, sink)
+
+    def _cpu_seconds(self) -> float:
+        try:
+            with open(f"/proc/{self._process.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        os.close(self._cells)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _reply(trailer: bytes | None) -> "dict[str, Any]":
+    """The reply's fields from the driver's outcome (None: node ended before it)."""
+    reply: dict[str, Any] = {
+        "success": True,
+        "result_repr": None,
+        "results": [],
+        "error_type": None,
+        "error_message": None,
+        "traceback": None,
+        "violations": [],
+        "peak_memory_mb": 0.0,
+        "truncated": False,
+        "interrupted": False,
+    }
+    if trailer is None:
+        return reply | {
+            "success": False,
+            "error_type": "ExitCode",
+            "error_message": "node exited; the context restarts on its next cell",
+        }
+    try:
+        outcome = json.loads(trailer)
+    except ValueError:
+        outcome = {"error": {"name": "Error", "message": "the driver's outcome is unreadable"}}
+    error = outcome.get("error") if isinstance(outcome, dict) else None
+    if isinstance(error, dict):
+        return reply | {
+            "success": False,
+            "error_type": str(error.get("name") or "Error")[:128],
+            "error_message": str(error.get("message") or ""),
+            "traceback": str(error.get("stack") or "") or None,
+            "interrupted": bool(outcome.get("interrupted")),
+        }
+    value = outcome.get("value") if isinstance(outcome, dict) else None
+    if isinstance(value, str):
+        reply["result_repr"] = value
+        reply["results"] = [{"text/plain": value, "is_main_result": True}]
+    return reply
+
+
+if __name__ == "__main__":
+    os._exit(run(NodeAdapter))

@@ -1,0 +1,86 @@
+"""A language process's output during one cell, for the kernels (kernel_bash.py,
+kernel_node.py): after the cell the process prints a marker (a random token the cell never
+sees, then a trailer line) on stdout and the token on stderr; everything before the markers is
+the cell's output, kept within the stream cap and streamed as it comes."""
+
+import os
+import selectors
+
+from .kernel import Sink
+
+_READ_BYTES = 1 << 16
+
+
+def collect(
+    fds: "tuple[int, int]", token: bytes, limit: int, sink: "Sink | None"
+) -> "tuple[list[tuple[bytes, int]], bytes | None]":
+    """(kept bytes, total bytes) of stdout and stderr up to their markers, and stdout's trailer;
+    None for the trailer when the process ended before its marker."""
+    pipes = [_Pipe(fd, token, limit, sink, index) for index, fd in enumerate(fds)]
+    with selectors.DefaultSelector() as selector:
+        for pipe in pipes:
+            selector.register(pipe.fd, selectors.EVENT_READ, pipe)
+        while not all(pipe.done for pipe in pipes):
+            for key, _ in selector.select():
+                pipe = key.data
+                pipe.feed(os.read(pipe.fd, _READ_BYTES))
+                if pipe.done:
+                    selector.unregister(pipe.fd)
+    return [(p.kept, p.total) for p in pipes], pipes[0].trailer
+
+
+class _Pipe:
+    """One of a language process's output pipes during a cell: what comes before the marker,
+    kept up to the stream cap and streamed as it comes; a tail that may be the start of the
+    marker is held back until the next read tells. The marker's line after the token is the
+    trailer (bash's status, node's outcome)."""
+
+    def __init__(self, fd: int, token: bytes, limit: int, sink: Sink | None, index: int) -> None:
+        self.fd = fd
+        self._token = token
+        self._limit = limit
+        self._sink = sink
+        self._index = index
+        self._pending = b""
+        self.kept = b""
+        self.total = 0
+        self.done = False
+        self.trailer: bytes | None = None
+
+    def feed(self, data: bytes) -> None:
+        if not data:  # the process is gone
+            self._emit(self._pending)
+            self.done = True
+            return
+        self._pending += data
+        at = self._pending.find(self._token)
+        if at < 0:
+            hold = _partial_marker(self._pending, self._token)
+            self._emit(self._pending[: len(self._pending) - hold])
+            self._pending = self._pending[len(self._pending) - hold :]
+            return
+        end = self._pending.find(b"\n", at)
+        if end < 0:
+            return  # the rest of the marker line comes with the next read
+        self._emit(self._pending[:at])
+        self.trailer = self._pending[at + len(self._token) : end]
+        self.done = True
+
+    def _emit(self, data: bytes) -> None:
+        if not data:
+            return
+        self.total += len(data)
+        room = self._limit - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]
+            if self._sink is not None:
+                self._sink(self._index, data[:room])
+
+
+def _partial_marker(data: bytes, token: bytes) -> int:
+    """How many bytes at the end of ``data`` may be the start of ``token`` (held back until the
+    next read says whether they are)."""
+    for length in range(min(len(token) - 1, len(data)), 0, -1):
+        if token.startswith(data[-length:]):
+            return length
+    return 0
