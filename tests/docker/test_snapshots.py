@@ -18,7 +18,7 @@ import pytest
 from orchestrator._api import Orchestrator
 from orchestrator._core.snapshots import SNAPSHOT_REPOSITORY
 from orchestrator._core.tenants import TenantConfig, TenantQuotas, hash_key, new_key
-from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SNAPSHOT
+from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SNAPSHOT, SNAPSHOT_FILES
 from orchestrator.images import ImageBuildResult
 from tests.docker.test_python_repl import config
 
@@ -256,3 +256,59 @@ async def test_a_snapshot_of_a_policy_the_tenant_may_no_longer_use_is_refused(
                 orch, "carol", operation="create", snapshot=taken["snapshot_id"]
             )
             assert refused["error_type"] == "policy", refused
+
+
+PLANT = """
+import os
+os.symlink('/etc/shadow', '/workspace/shadow')
+os.symlink('/', '/workspace/root')
+os.mkfifo('/workspace/pipe')
+"""
+PROBE = f"""
+import os, stat
+print(os.readlink('/workspace/shadow'), os.readlink('/workspace/root'))
+print(stat.S_ISFIFO(os.stat('/workspace/pipe').st_mode))
+try:
+    open('/workspace/shadow').read()
+except PermissionError:
+    print('shadow refused')
+archive = os.stat('{SNAPSHOT_FILES}')
+print(archive.st_uid, oct(stat.S_IMODE(archive.st_mode)))
+try:
+    open('{SNAPSHOT_FILES}', 'ab')
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+async def test_what_a_sandbox_plants_in_its_files_comes_back_as_its_own_and_no_more(
+    orch: Orchestrator,
+) -> None:
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        sid = await new_session(orch)
+        assert (await run(orch, sid, PLANT)).success
+        taken = await snapshot(orch, sid)
+        assert taken["success"], taken
+        made = await session_call(orch, operation="create", snapshot=taken["snapshot_id"])
+        probed = await run(orch, made["session_id"], PROBE)
+        # Links are kept as links (never followed into what the host or root owns), the
+        # archive in the image is root's and read-only to the sandbox.
+        assert probed.stdout == (
+            "/etc/shadow /\nTrue\nshadow refused\n0 0o444\nPermissionError\n"
+        ), probed
+
+
+async def test_a_file_the_sandbox_made_unreadable_is_named_and_nothing_is_kept(
+    orch: Orchestrator,
+) -> None:
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        sid = await new_session(orch)
+        hide = (
+            "import os\nopen('/workspace/hidden', 'w').write('x')\nos.chmod('/workspace/hidden', 0)"
+        )
+        assert (await run(orch, sid, hide)).success
+        refused = await snapshot(orch, sid)
+        assert refused["error_type"] == "invalid_argument", refused
+        assert "workspace/hidden" in refused["error_message"]
+        assert (await session_call(orch, operation="snapshots"))["snapshots"] == []
+        assert snapshot_images(orch) == []
