@@ -159,15 +159,18 @@ class _Connection:
         self.lines = LineBuffer(MAX_LINE_BYTES)
         self.waiting: dict[str, tuple[anyio.Event, list[_Reply]]] = {}
         self.processes: dict[int, SpawnedStream] = {}
+        # Each started process, by the id of the request that started it: its exit may be
+        # dispatched (and it gone from ``processes``) before its starter runs again.
+        self.started: dict[str, SpawnedStream] = {}
         self.stderr = b""
         self.ended = False
         self.send_lock = anyio.Lock()
 
-    async def request(self, op: str, **fields: Any) -> _Reply:
+    async def request(self, op: str, request_id: str | None = None, **fields: Any) -> _Reply:
         """Send ``op`` and wait for its reply: its payload, or the error its refusal names."""
         if self.ended:
             raise InvalidArgumentError("the process has ended (its spawner is gone)")
-        request_id = secrets.token_hex(ID_BYTES)
+        request_id = request_id or secrets.token_hex(ID_BYTES)
         event, slot = anyio.Event(), list[_Reply]()
         self.waiting[request_id] = (event, slot)
         line = json.dumps({"id": request_id, "op": op, **fields}).encode() + b"\n"
@@ -186,6 +189,18 @@ class _Connection:
         if not slot:
             raise self._crashed(op)
         return _judged(op, slot[0])
+
+    async def start(self, fields: Mapping[str, Any]) -> SpawnedStream:
+        """Start a process; its stream, handed over by the reply's dispatch."""
+        request_id = secrets.token_hex(ID_BYTES)
+        try:
+            await self.request("start", request_id=request_id, **fields)
+            process = self.started.get(request_id)
+        finally:
+            self.started.pop(request_id, None)
+        if process is None:
+            raise BackendError("the process spawner started a process it did not name")
+        return process
 
     def forget(self, pid: int) -> None:
         self.processes.pop(pid, None)
@@ -239,7 +254,8 @@ class _Connection:
                 waiter = self.waiting.get(reply.id)
                 if waiter is not None and not waiter[0].is_set():
                     if reply.ok and reply.pid is not None:  # registered before any output
-                        self.processes[reply.pid] = SpawnedStream(self, reply.pid)
+                        spawned = SpawnedStream(self, reply.pid)
+                        self.processes[reply.pid] = self.started[reply.id] = spawned
                     waiter[1].append(reply)
                     waiter[0].set()
             elif data.get("ev") == "out":
@@ -285,15 +301,12 @@ class ServedSpawner:
         fresh = self._current is None or self._current.ended
         connection = await self._connection(task_group)
         try:
-            reply = await connection.request("start", **fields)
+            return await connection.start(fields)
         except ProcessCrashedError:
             if fresh:
                 raise
             connection = await self._connection(task_group)
-            reply = await connection.request("start", **fields)
-        if reply.pid is None or (process := connection.processes.get(reply.pid)) is None:
-            raise BackendError("the process spawner started a process it did not name")
-        return process
+            return await connection.start(fields)
 
     async def aclose(self) -> None:
         """Close the spawner's stream: it reads EOF and kills what it started. Shielded."""

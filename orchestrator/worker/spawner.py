@@ -262,14 +262,15 @@ class Spawner:
             child.in_fd = None
 
     def read_output(self, child: Child) -> bool:
-        """One read of the child's output, sent on; False at its end (then it is not read
-        again: the exit event follows its reaping)."""
+        """One read of the child's output, sent on; False when there was none to read now, or
+        at its end (then it is not read again: the exit event follows its reaping). A PTY whose
+        last holder closed it says EIO under Linux, and under gVisor only has nothing to read."""
         if not child.out_open:
             return False
         try:
             data = os.read(child.out_fd, READ_BYTES)
         except BlockingIOError:
-            return True
+            return False
         except OSError:  # EIO: the PTY's last holder closed it
             data = b""
         if not data:

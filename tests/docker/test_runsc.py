@@ -341,6 +341,27 @@ async def test_the_persistent_shell_keeps_its_directory_under_gvisor(orch: Orche
     assert again.structured["stdout"] == "/tmp\n"
 
 
+async def test_terminals_from_the_spawner_end_with_their_exit_codes_under_gvisor(
+    orch: Orchestrator,
+) -> None:
+    # Under gVisor a PTY whose command ended only has nothing to read (Linux says EIO): the
+    # spawner must still see the end, and go on serving the next command.
+    for use_pty, command, code, output in (
+        (True, "stty size; exit 3", 3, "24 80"),
+        (False, "echo piped; exit 4", 4, "piped"),
+    ):
+        start = {"operation": "start", "command": command, "use_pty": use_pty}
+        started = (await orch.call("terminal", start)).structured
+        assert started["success"], started
+        waited = {"operation": "wait", "terminal_id": started["terminal_id"], "timeout_ms": 30_000}
+        with anyio.fail_after(60):
+            while (ended := (await orch.call("terminal", waited)).structured)["state"] != "exited":
+                waited["since_seq"] = ended["next_seq"]
+        read = {"operation": "read", "terminal_id": started["terminal_id"]}
+        assert output in (await orch.call("terminal", read)).structured["output"]
+        assert ended["exit_code"] == code
+
+
 async def test_a_worker_is_re_adopted_under_gvisor_too(
     gvisor: Policy, docker_backend: DockerBackend, make_container: ContainerFactory
 ) -> None:
