@@ -140,3 +140,14 @@ def test_git_is_in_the_base_and_makes_a_repository_in_the_home(sandbox: Sandbox)
     )
     assert ran.stdout == "one\n"
     assert sandbox.files.exists("/home/user/repo/.git/HEAD")
+
+
+def test_the_sdks_git_helpers_run_git_in_the_sandbox(sandbox: Sandbox) -> None:
+    # A relative path: the helpers pass their path to git as it is, and the home is
+    # /workspace here until sandboxes look like E2B's (docs/e2b.md).
+    sandbox.git.init("project", initial_branch="main")
+    sandbox.files.write("project/a.txt", "one")
+    sandbox.git.add("project", all=True)
+    sandbox.git.commit("project", "first", author_name="a", author_email="a@example.com")
+    status = sandbox.git.status("project")
+    assert status.current_branch == "main" and status.file_status == []
