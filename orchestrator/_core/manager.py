@@ -231,12 +231,14 @@ class SessionManager:
             self._task_group = None
         self._pools.clear()
         # The images of deleted snapshots that the sessions just ended still used go now; a
-        # registry in memory or claimed goes with its process, and so do its snapshots.
+        # registry in memory or claimed goes with its process, and so do its snapshots. (A
+        # start that failed has no reaper, and maybe no registry: nothing to sweep.)
         with anyio.CancelScope(shield=True), contextlib.suppress(OrchestratorError):
-            if self.config.registry_path is None and not keep:
-                await self.snapshots.discard_all()
-            elif not keep:
-                await self.snapshots.sweep()
+            if self._reaper is not None and not keep:
+                if self.config.registry_path is None:
+                    await self.snapshots.discard_all()
+                else:
+                    await self.snapshots.sweep()
         if self._audit is not None:
             await self._audit.aclose()
             self._audit = None

@@ -70,7 +70,7 @@ async def _create(orch: SessionManager, tenant: str | None, args: CreateArgs) ->
     }
 
 
-class NoArgs(ToolArgs):
+class ListSnapshotsArgs(ToolArgs):
     pass
 
 
@@ -94,7 +94,9 @@ async def _fork(orch: SessionManager, tenant: str | None, args: SessionArgs) -> 
     }
 
 
-async def _list_snapshots(orch: SessionManager, tenant: str | None, args: NoArgs) -> Fields:
+async def _list_snapshots(
+    orch: SessionManager, tenant: str | None, args: ListSnapshotsArgs
+) -> Fields:
     return {"snapshots": orch.list_snapshots(tenant=tenant)}
 
 
@@ -206,7 +208,7 @@ SESSION_TOOL = Tool(
             Operation("close_owner", "end a task", CloseOwnerArgs, _close_owner),
             Operation("snapshot", "save", SessionArgs, _snapshot),
             Operation("fork", "copy", SessionArgs, _fork),
-            Operation("snapshots", "yours", NoArgs, _list_snapshots),
+            Operation("snapshots", "yours", ListSnapshotsArgs, _list_snapshots),
             Operation("delete_snapshot", "drop", SnapshotIdArgs, _delete_snapshot),
         )
     },
