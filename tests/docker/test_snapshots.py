@@ -1,8 +1,9 @@
 """Snapshots and forks through the session tool, against real containers: what a snapshot keeps
 (files in /workspace, the home directory and /tmp, their modes and symlinks; env; metadata;
 policy), what it does not (the REPL's memory: ``repl_state: fresh``), deleting one removes its
-image, a restart keeps the list, quotas refuse, and another tenant's id answers as an unknown
-one."""
+image, a restart keeps the list, quotas refuse, another tenant's id answers as an unknown one,
+what a sandbox plants comes back as its own and no more, and MCP reaches it all (REST: through
+the remote Sandbox API, tests/docker/test_sandbox_snapshots.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from typing import Any
 import anyio
 import docker
 import pytest
+from mcp import Client
 
 from orchestrator._api import Orchestrator
 from orchestrator._core.snapshots import SNAPSHOT_REPOSITORY
 from orchestrator._core.tenants import TenantConfig, TenantQuotas, hash_key, new_key
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SNAPSHOT, SNAPSHOT_FILES
 from orchestrator.images import ImageBuildResult
+from orchestrator.mcp_server.server import build_mcp_server
 from tests.docker.test_python_repl import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -312,3 +315,32 @@ async def test_a_file_the_sandbox_made_unreadable_is_named_and_nothing_is_kept(
         assert "workspace/hidden" in refused["error_message"]
         assert (await session_call(orch, operation="snapshots"))["snapshots"] == []
         assert snapshot_images(orch) == []
+
+
+async def test_snapshot_fork_and_delete_through_mcp(orch: Orchestrator) -> None:
+    server = build_mcp_server(orch, tenant=lambda: "local")
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        async with Client(server) as client:
+
+            async def session_tool(**arguments: Any) -> dict[str, Any]:
+                result = await client.call_tool("session", arguments)
+                assert isinstance(result.structured_content, dict), result
+                assert not result.is_error, result.structured_content
+                return result.structured_content
+
+            sid = (await session_tool(operation="create", policy=POLICY))["session_id"]
+            assert (await run(orch, sid, WRITE_FILES)).success
+            taken = await session_tool(operation="snapshot", session_id=sid)
+            assert taken["repl_state"] == "fresh"
+            listed = await session_tool(operation="snapshots")
+            assert [s["snapshot_id"] for s in listed["snapshots"]] == [taken["snapshot_id"]]
+            forked = await session_tool(operation="fork", session_id=sid)
+            assert (
+                await run(orch, forked["session_id"], "print(open('/tmp/t1').read())")
+            ).stdout == ("tmp\n")
+            await session_tool(operation="delete_snapshot", snapshot=taken["snapshot_id"])
+            refused = await client.call_tool(
+                "session", {"operation": "create", "snapshot": taken["snapshot_id"]}
+            )
+            assert refused.is_error and isinstance(refused.structured_content, dict)
+            assert refused.structured_content["error_type"] == "session_not_found"
