@@ -7,7 +7,7 @@ and the memory an idle context holds; prints JSON.
   context made beforehand, through the public Python API; Python's default context beside it;
 - ``create_context``: ``create_context`` then ``remove_context`` (a worker started and ended);
 - ``idle_context_mib``: the resident memory of an idle context's processes (its worker, and for
-  bash the shell), read from /proc in the container.
+  bash the shell, for JavaScript node), read from /proc in the container.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from _stats import summary
 from orchestrator._api import Orchestrator, OrchestratorConfig
 
 LABELS = {"sandhold.bench": "contexts"}
-POLICY = "unrestricted-python"
-CELLS = {"python": "1+1", "bash": "true"}
+# The code-interpreter template has node (built on first use); python and bash run anywhere.
+POLICY = "code-interpreter"
+CELLS = {"python": "1+1", "bash": "true", "javascript": "1+1"}
 # Sums VmRSS of the worker whose pid is P and of its children (a kernel's shell).
 RSS = (
     "import os,sys\n"
@@ -67,7 +68,11 @@ async def bench_language(
 
 
 async def idle_mib(orch: Orchestrator, sid: str, context: str) -> float:
-    pid_cell = {"python": "import os\nos.getpid()", "bash": "echo $PPID"}
+    pid_cell = {
+        "python": "import os\nos.getpid()",
+        "bash": "echo $PPID",
+        "javascript": "process.ppid",
+    }
     info = next(c for c in orch.list_contexts(sid) if c.id == context)
     found = await orch.execute_in_context(pid_cell[info.language], session_id=sid, context=context)
     pid = (found.result_repr or found.stdout).strip()

@@ -8,7 +8,8 @@ per-value and total size); listings are paginated (``limit`` up to ``MAX_LIST_LI
 and ``nextToken``, answered in ``x-next-token``).
 
 Templates: ``base`` is sandhold's ``shell`` policy (bash, full Python, a shell-first session),
-``code-interpreter-v1`` the ``python-data`` policy (pandas, matplotlib...); any other
+``code-interpreter-v1`` the ``code-interpreter`` policy (pandas, matplotlib..., and node for
+JavaScript contexts); any other
 ``templateID`` that names a policy of this server is that policy. Anything else is E2B's 404.
 What E2B offers and sandhold does not (template builds, snapshots, forks, volumes, logs) is
 answered 501 with a message saying so, never left hanging."""
@@ -36,7 +37,7 @@ from orchestrator.http import CALLER_SCOPE_KEY, Caller
 
 __all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
 
-TEMPLATES: Final = {"base": "shell", "code-interpreter-v1": "python-data"}
+TEMPLATES: Final = {"base": "shell", "code-interpreter-v1": "code-interpreter"}
 # The envd version the SDK is told: 0.5.7 has what this server implements (default user,
 # stdin close, octet-stream uploads) and nothing it does not (file metadata, 0.6.2).
 ENVD_VERSION: Final = "0.5.7"

@@ -27,6 +27,7 @@ from orchestrator.images._cache import build_lock
 from orchestrator.images._engine_build import build_blocking
 from orchestrator.images.lockfile import Pin, lock_digest, parse_lock, render_lock
 from orchestrator.images.progress import ONE_TIME_BUILD, BuildProgress
+from orchestrator.images.template_debs import DEBS_DOCKERFILE, fetch_template_debs
 from orchestrator.images.template_wheels import fetch_template_wheels, probe_target
 from orchestrator.images.templates import (
     BASE,
@@ -66,6 +67,7 @@ MIN_BUILD_ESTIMATE_S = 15.0
 STEP_PARENT = "parent image"
 STEP_WHEELS = "template wheels"
 STEP_IMAGE = "template image"
+STEP_DEBS = "template Debian packages"
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def dockerfile_of(template: Template) -> bytes:
     """The Dockerfile a template builds with: the user's, or ours with its ``[env]``."""
     if template.dockerfile is not None:
         return template.dockerfile
-    text = template_dockerfile().read_text(encoding="utf-8")
+    text = DEBS_DOCKERFILE if template.debs else template_dockerfile().read_text(encoding="utf-8")
     lines = "\n".join(f"ENV {key}={value}" for key, value in template.env.items())
     return text.replace(ENV_MARKER, lines or "# (none)").encode()
 
@@ -138,6 +140,8 @@ def inputs_hash(
     part(b"template", template.name.encode())
     part(b"parent", parent_hash.encode())
     part(b"dockerfile", dockerfile)
+    if template.debs:
+        part(b"debs", " ".join(template.debs).encode())
     if template.pins:
         part(b"pins", lock_digest(template.pins).encode())
         part(b"pip", lock_digest(pip_pins()).encode())
@@ -220,6 +224,11 @@ async def _build(
     progress: BuildProgress,
 ) -> None:
     wheels: list[Path] = []
+    debs: list[Path] = []
+    if template.debs:
+        progress.step(STEP_DEBS)
+        debs = await fetch_template_debs(client, parent.tag, template.debs, progress=progress)
+        progress.done(STEP_DEBS)
     if template.pins:
         progress.step(STEP_PARENT)
         parent_id = str((await client.call(lambda sdk: sdk.images.get(parent.tag))).id)
@@ -240,6 +249,9 @@ async def _build(
 
     def write(context: Path) -> None:
         _write_context(context, template, dockerfile, files, wheels)
+        (context / "debs").mkdir()
+        for deb in debs:
+            shutil.copyfile(deb, context / "debs" / deb.name)
 
     await client.call(_build_in_context, write, tag, buildargs, labels, progress)
     if not await image_is_current(client, tag, digest):

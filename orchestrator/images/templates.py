@@ -6,7 +6,9 @@ file naming the template it builds on (``from``) and one way of adding to it:
 * ``lock`` (a pinned requirements file beside it) or ``pip`` (the same pins inline): wheels
   downloaded on the host, hash-checked, installed in a build with the network off;
 * ``dockerfile``: a Dockerfile whose only ``FROM`` is ``${SANDHOLD_PARENT}`` (the parent's image),
-  built with the network off, with ``context`` (a folder beside the file) as its build context.
+  built with the network off, with ``context`` (a folder beside the file) as its build context;
+* ``debs``: Debian packages, resolved against the parent image and fetched on the host with the
+  dependencies it lacks, installed by dpkg in a build with the network off (template_debs.py).
 
 Shipped templates live in ``images/templates``; a user's in the template directories
 (``<data dir>/templates`` by default), one ``NAME.toml`` each, and may not reuse a shipped name.
@@ -43,6 +45,8 @@ TemplateName = Annotated[str, StringConstraints(pattern=TEMPLATE_NAME.pattern)]
 ModuleName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 ]
+# Debian package names (Debian Policy 5.6.1).
+DebName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9.+-]{1,63}$")]
 # Values go into a Dockerfile's ENV line: a plain character set needs no quoting to be exact.
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")]
 EnvValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./:,=@+-]{0,256}$")]
@@ -70,6 +74,7 @@ class TemplateFile(BaseModel):
     pip: tuple[str, ...] = ()
     dockerfile: str | None = None
     context: str | None = None
+    debs: tuple[DebName, ...] = Field((), max_length=32)
     preload: tuple[ModuleName, ...] = Field((), max_length=64)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64)
 
@@ -85,6 +90,7 @@ class Template:
     pins: tuple[Pin, ...] = ()
     dockerfile: bytes | None = None
     context: Path | None = None
+    debs: tuple[str, ...] = ()
     preload: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = None
@@ -171,10 +177,10 @@ def load_template_file(path: Path, *, shipped: bool) -> Template:
         raise TemplateFileError(str(path), "from", "a template cannot build on itself")
     if reserved := sorted(set(data.env) & RESERVED_ENV):
         raise TemplateFileError(str(path), "env", f"may not set {', '.join(reserved)}")
-    ways = [key for key in ("lock", "pip", "dockerfile") if getattr(data, key)]
+    ways = [key for key in ("lock", "pip", "dockerfile", "debs") if getattr(data, key)]
     if len(ways) != 1:
         raise TemplateFileError(
-            str(path), "-", "give exactly one of lock, pip and dockerfile (got "
+            str(path), "-", "give exactly one of lock, pip, dockerfile and debs (got "
             f"{', '.join(ways) or 'none'}); a template needing two builds on another"
         )  # fmt: skip
     if data.context is not None and data.dockerfile is None:
@@ -186,6 +192,7 @@ def load_template_file(path: Path, *, shipped: bool) -> Template:
         pins=_pins(path, data),
         dockerfile=_dockerfile(path, data.dockerfile),
         context=_context(path, data.context),
+        debs=data.debs,
         preload=data.preload,
         env=dict(sorted(data.env.items())),
         source=path,

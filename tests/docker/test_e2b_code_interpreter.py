@@ -1,7 +1,8 @@
 """E2B's code interpreter SDK (``e2b-code-interpreter`` 2.11, pinned), unmodified, against
 ``sandhold serve --e2b-port``: ``run_code`` under ``code-interpreter-v1`` (sandhold's
-python-data template, built on first use) keeps state between cells, streams stdout, returns
-an error with its traceback, a matplotlib figure as a PNG and a DataFrame as HTML; a PTY
+code-interpreter template: python-data and node, built on first use) keeps state between
+cells, streams stdout, returns an error with its traceback, a matplotlib figure as a PNG and a
+DataFrame as HTML and data; contexts, bash and JavaScript; a sandbox killed mid-run; a PTY
 takes input and a resize."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tests.docker.e2b_server import E2bServer, e2b_server
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # A cell's start, or the end of a call on a killed sandbox, comes within seconds.
 CALL_WAIT = 60.0
-# The python-data template is built on first use (some minutes on a cold cache).
+# The code-interpreter template is built on first use (some minutes on a cold cache).
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 
@@ -88,10 +89,14 @@ def test_a_language_without_a_kernel_is_refused_clearly(sandbox: Sandbox) -> Non
     ran = sandbox.run_code("print(1)", language="r")
     assert ran.error is not None and ran.error.name == "invalid_argument"
     assert "no language of that name" in ran.error.value and "'r'" in ran.error.value
-    # JavaScript has a kernel, whose node this template does not have.
-    js = sandbox.run_code("console.log(1)", language="js")
-    assert js.error is not None and js.error.name == "invalid_argument"
-    assert "javascript kernel could not start" in js.error.value
+
+
+def test_javascript_runs_in_its_own_context(sandbox: Sandbox) -> None:
+    sandbox.run_code("let count = 2", language="js")
+    ran = sandbox.run_code("console.log('from node'); count * 21", language="javascript")
+    assert ran.error is None and ran.logs.stdout == ["from node\n"] and ran.text == "42"
+    failed = sandbox.run_code("null.x", language="js")
+    assert failed.error is not None and failed.error.name == "TypeError"
 
 
 def test_code_contexts_keep_their_own_state_and_cwd(sandbox: Sandbox) -> None:
