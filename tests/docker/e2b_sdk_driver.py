@@ -134,7 +134,7 @@ def run_code() -> dict[str, Any]:
     """The code interpreter SDK of the same venv: state kept between cells, stdout, an error."""
     from e2b_code_interpreter import Sandbox as CodeSandbox
 
-    # code-interpreter-v1 is sandhold's python-data template, built on first use.
+    # code-interpreter-v1 is sandhold's code-interpreter template, built on first use.
     made = CodeSandbox.create(request_timeout=600)
     try:
         made.run_code("x = 41")

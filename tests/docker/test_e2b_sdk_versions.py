@@ -20,7 +20,7 @@ from orchestrator.images import ImageBuildResult
 from tests.docker.e2b_server import E2bServer, e2b_server
 from tests.docker.e2b_venv import drive, sdk_python
 
-# The python-data template may be built on first use (some minutes on a cold cache).
+# The code-interpreter template may be built on first use (some minutes on a cold cache).
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 PINS = ("e2b==2.45.1", "e2b-code-interpreter==2.10.0")
