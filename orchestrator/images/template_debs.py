@@ -62,7 +62,14 @@ async def fetch_template_debs(
             "apt-get is not installed on this host (needed to fetch a template's Debian packages)",
             hint="build on a Debian or Ubuntu host",
         )
-    status = await client.call(lambda sdk: _parent_status(sdk, parent_tag))
+    status, release = await client.call(lambda sdk: _parent_status(sdk, parent_tag))
+    host = _codename(await anyio.Path("/etc/os-release").read_text(errors="replace"))
+    if release != host:
+        raise ImageError(
+            f"the parent image is Debian {release or '(unknown)'} and this host's apt is "
+            f"{host or '(unknown)'}: a template's Debian packages come from the host's apt "
+            "sources, which must be the parent's release"
+        )
     wanted = await _resolve(status, packages)
     if not wanted:
         progress.log(f"{', '.join(packages)}: already in the parent image")
@@ -87,11 +94,12 @@ async def fetch_template_debs(
     return await fill_cache(dest, "*.deb", download)
 
 
-def _parent_status(sdk: object, parent_tag: str) -> bytes:
-    """``/var/lib/dpkg/status`` of the parent image, read in a container with no network."""
+def _parent_status(sdk: object, parent_tag: str) -> tuple[bytes, str]:
+    """``/var/lib/dpkg/status`` of the parent image and its release's codename, read in a
+    container with no network."""
     output = sdk.containers.run(  # type: ignore[attr-defined]
         parent_tag,
-        ["cat", "/var/lib/dpkg/status"],
+        ["cat", "/etc/os-release", "/var/lib/dpkg/status"],
         network_mode="none",
         remove=True,
         user="10001:10001",
@@ -99,7 +107,16 @@ def _parent_status(sdk: object, parent_tag: str) -> bytes:
         stdout=True,
         stderr=False,
     )
-    return bytes(output)
+    text = bytes(output)
+    at = text.find(b"\nPackage: ") + 1  # the status's first stanza; 0 if it has none
+    return text[at:], _codename(text[:at].decode("utf-8", "replace"))
+
+
+def _codename(os_release: str) -> str:
+    for line in os_release.splitlines():
+        if line.startswith("VERSION_CODENAME="):
+            return line.partition("=")[2].strip().strip('"')
+    return ""
 
 
 async def _resolve(status: bytes, packages: tuple[str, ...]) -> list[str]:
