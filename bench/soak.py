@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import docker.errors
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -342,15 +343,16 @@ def _inject(soak: Soak, kind: str, rng: random.Random) -> None:
     elif kind == "worker_kill":
         client = soak.engine.client()
         try:
-            found = client.api.containers(
-                filters={"label": f"sandhold.orchestrator={soak.orchestrator_id}"}
-            )
+            label = f"sandhold.orchestrator={soak.orchestrator_id}"
+            found = client.api.containers(filters={"label": label, "status": "running"})
             sessions = [c for c in found if "sandhold.egress-session" not in c["Labels"]]
             if sessions:
                 victim = rng.choice(sessions)["Id"]
-                client.containers.get(victim).exec_run(
-                    ["python3", "-c", KILLER, "repl_worker.py"], user=str(SANDBOX_UID)
-                )
+                # It may be paused or gone by now: then this fault did nothing.
+                with contextlib.suppress(docker.errors.APIError):
+                    client.containers.get(victim).exec_run(
+                        ["python3", "-c", KILLER, "repl_worker.py"], user=str(SANDBOX_UID)
+                    )
         finally:
             client.close()
 
