@@ -411,15 +411,13 @@ class SessionManager:
             warm.touch()
             session = warm
         else:
-            session = await self._new_session(tenant, policy, image=image)
+            session = await self._new_session(tenant, policy, image=image, prepare=prepare)
         # One path for warm and cold: the env and the tenant's egress cap are given once the
         # session exists, before any of the caller's code runs in it.
         try:
             await session.set_env(env)
             await self._cap_egress(session, tenant)
             await self.egress.admit(session)  # a tenant over its egress quota: refused at once
-            if prepare is not None:
-                await prepare(session)
         except BaseException:
             await session.aclose(self.backend)  # shielded: not in the table, nothing else would
             raise
@@ -441,11 +439,18 @@ class SessionManager:
             await self.backend.set_egress_allow(session.container_id, cap)
 
     async def _new_session(
-        self, tenant: str, policy: Policy, *, preload: bool = False, image: str | None = None
+        self,
+        tenant: str,
+        policy: Policy,
+        *,
+        preload: bool = False,
+        image: str | None = None,
+        prepare: Callable[[Session], Awaitable[None]] | None = None,
     ) -> Session:
         """A session built cold: its container created and started (from ``image``, else its
-        policy's), its worker ready (with ``preload``, its template's modules imported: a warm
-        pool's sessions)."""
+        policy's; then ``prepare``d, while a reconcile still counts it as being built), its
+        worker ready (with ``preload``, its template's modules imported: a warm pool's
+        sessions)."""
         task_group = self._task_group
         if self._image is None or task_group is None:
             raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
@@ -471,6 +476,8 @@ class SessionManager:
                 on_new_worker=lambda pid: self._registry.set_worker_pid(session_id, pid),
             )
             try:
+                if prepare is not None:
+                    await prepare(session)
                 await session.repl.start()
                 if preload:
                     await self._preload(session)

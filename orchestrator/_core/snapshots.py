@@ -36,8 +36,8 @@ from orchestrator._core.owners import current_task, may_see
 from orchestrator._core.tenants import TenantConfig
 from orchestrator.backend.base import (
     HOME,
-    LABEL_ORCHESTRATOR,
     LABEL_SNAPSHOT,
+    LABEL_SNAPSHOT_ORCHESTRATOR,
     SNAPSHOT_FILES,
     STDERR,
     WORKSPACE,
@@ -147,7 +147,7 @@ class Snapshots:
         labels = {
             **self._extra_labels,
             LABEL_SNAPSHOT: snapshot_id,
-            LABEL_ORCHESTRATOR: self._orchestrator_id(),
+            LABEL_SNAPSHOT_ORCHESTRATOR: self._orchestrator_id(),
         }
         workdir = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "sandhold-snap-"))
         try:
@@ -299,7 +299,7 @@ class Snapshots:
         self._last_sweep = time.monotonic()
         try:
             images = await self._backend.list_images(
-                [LABEL_SNAPSHOT, f"{LABEL_ORCHESTRATOR}={self._orchestrator_id()}"]
+                [LABEL_SNAPSHOT, f"{LABEL_SNAPSHOT_ORCHESTRATOR}={self._orchestrator_id()}"]
             )
         except NotSupportedError:
             return []

@@ -33,6 +33,7 @@ __all__ = [
     "LABEL_POLICY_NAME",
     "LABEL_SESSION",
     "LABEL_SNAPSHOT",
+    "LABEL_SNAPSHOT_ORCHESTRATOR",
     "LABEL_TENANT",
     "LEGACY_LABEL_ORCHESTRATOR",
     "SANDBOX_UID",
@@ -68,6 +69,9 @@ LABEL_POLICY_NAME = "sandhold.policy"
 LEGACY_LABEL_ORCHESTRATOR = "s" + "bx.orchestrator"
 # The snapshot id on a snapshot's image, so a sweep finds the images no registry row names.
 LABEL_SNAPSHOT = "sandhold.snapshot"
+# The orchestrator whose registry names the snapshot: a key of its own, never
+# ``LABEL_ORCHESTRATOR``, which marks session containers for the reconcile to adopt or reap.
+LABEL_SNAPSHOT_ORCHESTRATOR = "sandhold.snapshot-orchestrator"
 # Where a snapshot image holds the archive of the session's tmpfs roots (which no commit
 # captures): outside every tmpfs mount, so a session made from the image sees it.
 SNAPSHOT_FILES = "/.sandhold-snapshot/files.tar"

@@ -20,7 +20,7 @@ from mcp import Client
 from orchestrator._api import Orchestrator
 from orchestrator._core.snapshots import SNAPSHOT_REPOSITORY
 from orchestrator._core.tenants import TenantConfig, TenantQuotas, hash_key, new_key
-from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SNAPSHOT, SNAPSHOT_FILES
+from orchestrator.backend.base import LABEL_SNAPSHOT, LABEL_SNAPSHOT_ORCHESTRATOR, SNAPSHOT_FILES
 from orchestrator.images import ImageBuildResult
 from orchestrator.mcp_server.server import build_mcp_server
 from tests.docker.test_python_repl import config
@@ -88,7 +88,7 @@ def snapshot_images(orch: Orchestrator | str | None) -> list[str]:
     own = orch.orchestrator_id if isinstance(orch, Orchestrator) else orch
     client = docker.from_env(timeout=30)
     try:
-        filters = {"label": [LABEL_SNAPSHOT, f"{LABEL_ORCHESTRATOR}={own}"]}
+        filters = {"label": [LABEL_SNAPSHOT, f"{LABEL_SNAPSHOT_ORCHESTRATOR}={own}"]}
         return [t for image in client.api.images(filters=filters) for t in image["RepoTags"] or ()]
     finally:
         client.close()
@@ -344,3 +344,26 @@ async def test_snapshot_fork_and_delete_through_mcp(orch: Orchestrator) -> None:
             )
             assert refused.is_error and isinstance(refused.structured_content, dict)
             assert refused.structured_content["error_type"] == "session_not_found"
+
+
+async def test_a_reconcile_running_while_a_snapshot_is_made_leaves_it_whole(
+    worker_image: ImageBuildResult,
+) -> None:
+    # A reconcile every 0.1 s removes any container of the orchestrator's id it does not know:
+    # the engine's work for a snapshot must not look like one, even for a snapshot of a session
+    # made from a snapshot (whose image carries the labels of the first).
+    async with Orchestrator(config(worker_image.tag, reap_interval=0.1)) as orch:
+        with anyio.fail_after(SCENARIO_TIMEOUT):
+            sid = await new_session(orch)
+            assert (await run(orch, sid, WRITE_FILES)).success
+            first = await snapshot(orch, sid)
+            assert first["success"], first
+            made = await session_call(orch, operation="create", snapshot=first["snapshot_id"])
+            second = await snapshot(orch, made["session_id"])
+            assert second["success"], second
+            again = await session_call(orch, operation="create", snapshot=second["snapshot_id"])
+            assert again["success"], again
+            read = await run(orch, again["session_id"], "print(open('/workspace/a.txt').read())")
+            assert read.stdout == "hello\n"
+            assert orch.last_reconcile.reaped == []
+            assert len(orch.list_sessions()) == 3

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator._core.snapshots import ARCHIVE_SCRIPT, MIB, Snapshots
 from orchestrator._core.tenants import TenantConfig, TenantQuotas, hash_key, new_key
-from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SNAPSHOT, ContainerSpec
+from orchestrator.backend.base import LABEL_SNAPSHOT, LABEL_SNAPSHOT_ORCHESTRATOR, ContainerSpec
 from orchestrator.backend.fake import FakeBackend, FakeProcess
 from orchestrator.errors import NotSupportedError, QuotaExceededError, SessionNotFoundError
 from orchestrator.policy.model import load_policy
@@ -148,13 +148,13 @@ async def test_the_sweep_removes_only_unnamed_images_no_container_uses(
     backend = FakeBackend()
     snapshots, _ = snapshots_for(backend, registry)
     container = await session_of(backend)
-    ours = {LABEL_SNAPSHOT: "x", LABEL_ORCHESTRATOR: ORCHESTRATOR}
+    ours = {LABEL_SNAPSHOT: "x", LABEL_SNAPSHOT_ORCHESTRATOR: ORCHESTRATOR}
     for reference in ("named", "unnamed", "in-use"):
         await backend.commit_container(container.container_id, reference=reference, labels=ours)
     await backend.commit_container(
         container.container_id,
         reference="another-orchestrators",
-        labels={LABEL_SNAPSHOT: "y", LABEL_ORCHESTRATOR: "someone-else"},
+        labels={LABEL_SNAPSHOT: "y", LABEL_SNAPSHOT_ORCHESTRATOR: "someone-else"},
     )
     registry.add_snapshot(record("named"))
     spec = ContainerSpec(

@@ -22,7 +22,12 @@ from typing import Any
 
 import anyio
 
-from orchestrator.backend.base import SNAPSHOT_FILES, SnapshotImage
+from orchestrator.backend.base import (
+    LABEL_ORCHESTRATOR,
+    LABEL_SESSION,
+    SNAPSHOT_FILES,
+    SnapshotImage,
+)
 from orchestrator.backend.docker._client import DockerClient, NotFoundError
 from orchestrator.errors import BackendError
 
@@ -30,6 +35,9 @@ __all__ = ["commit_snapshot", "list_snapshot_images", "remove_snapshot_image"]
 
 # The archive is readable by every user of a session made from the image (the sandbox user).
 FILES_MODE = 0o444
+# The helper is no session: the labels the reconcile finds sessions by, which it would inherit
+# from an image made of a session, are blanked, so no reconcile takes it for an orphan.
+NOT_A_SESSION = {LABEL_ORCHESTRATOR: "", LABEL_SESSION: ""}
 
 
 def _label_changes(labels: Mapping[str, str]) -> list[str]:
@@ -76,7 +84,10 @@ def _commit_blocking(
                 made.append(source)
             helper = str(
                 sdk.api.create_container(
-                    image=source, command=["true"], labels=dict(labels), network_disabled=True
+                    image=source,
+                    command=["true"],
+                    labels={**labels, **NOT_A_SESSION},
+                    network_disabled=True,
                 )["Id"]
             )
             with tempfile.TemporaryDirectory(prefix="sandhold-snapshot-") as tmp:
