@@ -72,6 +72,11 @@ async def test_every_operation_answers_the_fields_the_reference_lists(orch: Orch
         await call("python_repl", operation="inspect", session_id=sid, variable_name="x")
         await call("python_repl", operation="interrupt", session_id=sid)
         await call("python_repl", operation="list_sessions")
+        made_context = await call("python_repl", operation="create_context", session_id=sid)
+        context = made_context["context"]["id"]
+        await call("python_repl", operation="list_contexts", session_id=sid)
+        await call("python_repl", operation="restart_context", session_id=sid, context=context)
+        await call("python_repl", operation="remove_context", session_id=sid, context=context)
 
         piped = await call(
             "terminal", operation="start", session_id=sid, command="cat", use_pty=False
