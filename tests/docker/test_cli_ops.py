@@ -92,7 +92,7 @@ async def test_a_session_whose_container_was_removed_outside_sandhold_ends_clean
         assert killed.returncode == 0, killed.stderr
         for _ in range(2):  # the first call may see the worker die; after that, it is gone
             result = await orch.call("files", {"operation": "read", "session_id": sid, "path": "x"})
-        assert result.structured["error_type"] == "session_not_found"
+        assert result.structured["error_type"] == "session_lost"
         assert "disappeared" in result.structured["error_message"]
         assert orch.list_sessions() == []
         assert (await orch.call("python_repl", {"operation": "execute", "code": "1"})).structured[
