@@ -412,6 +412,15 @@ class SessionManager:
             session = warm
         else:
             session = await self._new_session(tenant, policy, image=image, prepare=prepare)
+        # Counted as in flight until it is in the table: taken from the pool or just made, it
+        # is in neither, and a reconcile meanwhile would take its container for an orphan.
+        self._building.add(session.id)
+        try:
+            return await self._hand_out(session, tenant, env)
+        finally:
+            self._building.discard(session.id)
+
+    async def _hand_out(self, session: Session, tenant: str, env: Mapping[str, str]) -> Session:
         # One path for warm and cold: the env and the tenant's egress cap are given once the
         # session exists, before any of the caller's code runs in it.
         try:
