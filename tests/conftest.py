@@ -142,3 +142,11 @@ def no_leaked_containers() -> Iterator[None]:
     leftovers = _remove_leftover_containers()
     if leftovers:
         pytest.fail(f"containers leaked by this test run: {leftovers}", pytrace=False)
+
+
+# The cluster of .ci/kube-cluster, for tests/kubernetes and the conformance suite's kubernetes
+# parameter: one fixture for the whole run (its namespace is made once). Imported last: it reads
+# this module's RUN_ID and IN_CI.
+from tests.kubernetes.cluster import kube_cluster  # noqa: E402
+
+__all__ = ["kube_cluster"]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # types only: `sandhold ps` and `kill` import no settings mod
 __all__ = ["ENGINES", "FixedImages", "image_source", "open_backend"]
 
 # The names ``OrchestratorConfig.backend.name`` (and ``serve --backend``) accept.
-ENGINES = ("docker",)
+ENGINES = ("docker", "kubernetes")
 # The template whose image is the worker's own (``images.templates.BASE``, named here so that
 # a server on Kubernetes never imports the image builder).
 _BASE = "base"
@@ -49,6 +49,10 @@ def open_backend(
             else DockerClient(max_concurrency=stats_concurrency)
         )
         return DockerBackend(client, egress=EgressSettings.from_env())
+    if name == "kubernetes":
+        from orchestrator.backend.kubernetes import KubernetesBackend, KubernetesSettings
+
+        return KubernetesBackend(KubernetesSettings.from_options(options))
     raise InvalidArgumentError(f"unknown backend {name!r}: expected one of {', '.join(ENGINES)}")
 
 
@@ -82,7 +86,8 @@ class FixedImages:
             return self._images[template]
         if template == _BASE:
             raise InvalidArgumentError(
-                f"a {self._engine} builds no worker image: set OrchestratorConfig.image"
+                f"a {self._engine} builds no worker image: set OrchestratorConfig.image "
+                "(SANDHOLD_IMAGE for the commands)"
             )
         raise TemplateNotBuiltError(
             f"template {template!r} has no image, and a {self._engine} builds none",

@@ -25,6 +25,9 @@ overrides the built-in defaults. Paths in the file are relative to the file's di
     context = "sandhold"
     namespace = "sandhold"
     runtime_class = "gvisor"
+    seccomp_profile = "localhost/sandhold.json"
+    pod_pids_limit = 256
+    network_isolated = true
 """
 
 from __future__ import annotations
@@ -51,7 +54,15 @@ _LIMITS = HttpLimitsConfig()
 _GIVEN = frozenset({"COMMANDLINE", "ENVIRONMENT"})
 _PATHS = ("tenants", "data_dir", "registry", "kubeconfig")
 # The options of the Kubernetes backend (``backend.kubernetes.KubernetesSettings``).
-KUBERNETES_OPTIONS = ("kubeconfig", "context", "namespace", "runtime_class")
+KUBERNETES_OPTIONS = (
+    "kubeconfig",
+    "context",
+    "namespace",
+    "runtime_class",
+    "seccomp_profile",
+    "pod_pids_limit",
+    "network_isolated",
+)
 
 
 class ServeSettings(BaseModel):
@@ -83,11 +94,16 @@ class ServeSettings(BaseModel):
     context: str | None = Field(default=None, min_length=1, max_length=253)
     namespace: str | None = Field(default=None, min_length=1, max_length=63)
     runtime_class: str | None = Field(default=None, min_length=1, max_length=253)
+    seccomp_profile: str | None = Field(default=None, min_length=1, max_length=4096)
+    pod_pids_limit: int | None = Field(default=None, ge=1)
+    network_isolated: bool = False
 
     def backend_config(self) -> BackendConfig:
         """The engine these settings choose; Kubernetes' options on another engine are refused
         rather than ignored."""
-        options = {k: getattr(self, k) for k in KUBERNETES_OPTIONS if getattr(self, k) is not None}
+        options = {
+            k: getattr(self, k) for k in KUBERNETES_OPTIONS if getattr(self, k) not in (None, False)
+        }
         if self.backend != "kubernetes" and options:
             given = ", ".join(f"--{k.replace('_', '-')}" for k in options)
             raise InvalidArgumentError(f"{given}: only with --backend kubernetes")

@@ -237,8 +237,9 @@ async def _template_rows(dirs: list[Path] | None) -> list[TemplateRow]:
 
 async def with_image(config: OrchestratorConfig) -> OrchestratorConfig:
     """The config with its image, built here when missing so its progress shows on stderr
-    (for commands whose stdout is not for people: mcp, serve, shell)."""
-    if config.image is not None:
+    (for commands whose stdout is not for people: mcp, serve, shell). Only Docker's engine
+    builds one: any other takes the image its nodes hold (``SANDHOLD_IMAGE``)."""
+    if config.image is not None or config.backend.name != "docker":
         return config
     from orchestrator.backend.docker import DockerClient
     from orchestrator.images import ensure_worker_image

@@ -176,6 +176,29 @@ def serve(
         str | None,
         typer.Option(help="Kubernetes: the RuntimeClass of session Pods (gVisor, say)."),
     ] = None,
+    seccomp_profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Kubernetes: localhost/<file> (sandhold's profile, placed on every node) or "
+            "RuntimeDefault (the default)."
+        ),
+    ] = None,
+    pod_pids_limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Kubernetes: the nodes' kubelet podPidsLimit; policies allowing fewer "
+            "processes are refused (unset: every policy is, since pids cannot be enforced).",
+        ),
+    ] = None,
+    network_isolated: Annotated[
+        bool,
+        typer.Option(
+            "--network-isolated",
+            help="Kubernetes: the Pods' network reaches nothing (an enforcing CNI and a deny-all "
+            "NetworkPolicy): policies with network mode none may run.",
+        ),
+    ] = False,
     log_format: Annotated[
         LogFormat,
         typer.Option(

@@ -1,5 +1,6 @@
 """The ``Backend`` contract (``orchestrator/backend/base.py``), stated once and held against every
-backend: Docker under runc, Docker under runsc (gVisor), and the in-memory fake.
+backend: Docker under runc, Docker under runsc (gVisor), Kubernetes (the cluster of
+``.ci/kube-cluster``: a Pod per container, execs through the API server), and the in-memory fake.
 
 Under runsc the suite runs when the engine lists it, and follows ``test_runsc.py``: skipped with
 the reason when the engine has no runsc, failed under CI when it lists runsc but nothing starts.
@@ -7,6 +8,9 @@ The fake has no kernel: each command the suite runs is scripted for it (``FAKE_P
 what the real one does, so what holds the fake to the contract is everything around the command:
 labels, states, streams, stdin and EOF, exit codes, the TTY's single stream, the size a resize
 sets, and the error types. Everything a real kernel decides is left to the Docker parameters.
+
+Kubernetes cannot freeze a Pod: there the contract is that ``pause`` is refused
+(``InvalidArgumentError``, as is a policy that would need it), never faked.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from orchestrator.backend.base import (
 )
 from orchestrator.backend.docker import DockerBackend, DockerClient
 from orchestrator.backend.fake import FakeBackend, FakeProcess, Program, ProgramRun
+from orchestrator.backend.kubernetes import KubernetesBackend
 from orchestrator.errors import (
     BackendError,
     ContainerNotFoundError,
@@ -40,6 +45,7 @@ from orchestrator.errors import (
 )
 from orchestrator.policy.model import Policy, load_policy
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
+from tests.kubernetes.cluster import Cluster, kill_pod_container
 
 pytestmark = [pytest.mark.anyio]
 
@@ -111,6 +117,7 @@ class Engine:
     name: str
     image: str
     policy: Policy
+    cluster: Cluster | None = None
 
 
 @dataclass
@@ -151,12 +158,16 @@ class Target:
         "fake",
         pytest.param("runc", marks=pytest.mark.docker),
         pytest.param("runsc", marks=pytest.mark.docker),
+        pytest.param("kubernetes", marks=pytest.mark.kubernetes),
     ]
 )
 def engine(request: pytest.FixtureRequest) -> Engine:
     default = load_policy("default")
     if request.param == "fake":
         return Engine("fake", "fake-image", default)
+    if request.param == "kubernetes":
+        cluster: Cluster = request.getfixturevalue("kube_cluster")
+        return Engine("kubernetes", cluster.image, default, cluster)
     image = request.getfixturevalue("worker_image").tag
     if request.param == "runc":
         return Engine("runc", image, default)
@@ -172,6 +183,13 @@ async def target(engine: Engine) -> AsyncIterator[Target]:
         for argv, program in FAKE_PROGRAMS:
             fake.program(argv, program)
         target = Target(engine, fake, fake.stop)
+    elif engine.cluster is not None:
+        cluster = engine.cluster
+        target = Target(
+            engine,
+            KubernetesBackend(cluster.settings()),
+            lambda pod: kill_pod_container(cluster, pod),
+        )
     else:
         client = DockerClient()
         backend = DockerBackend(client)
@@ -259,6 +277,12 @@ async def test_a_removed_container_is_not_found_and_removing_is_idempotent(
 
 async def test_pause_freezes_and_unpause_thaws_and_neither_is_done_twice(target: Target) -> None:
     container_id, _ = await target.container()
+    if target.engine.name == "kubernetes":
+        for refused in (target.backend.pause, target.backend.unpause):
+            with pytest.raises(InvalidArgumentError):
+                await refused(container_id)
+        assert (await target.backend.container_state(container_id)).status == "running"
+        return
     await target.backend.pause(container_id)
     state = await target.backend.container_state(container_id)
     assert (state.status, state.running) == ("paused", True)

@@ -24,7 +24,7 @@ def _normal(name: str) -> str:
 
 # A subpackage that serves an optional extra may import that extra's dependencies too; nothing
 # outside it imports them (serve loads orchestrator.e2b only for --e2b-port).
-EXTRA_PACKAGES = {"e2b": "e2b"}
+EXTRA_PACKAGES = {"e2b": "e2b", "backend/kubernetes": "kubernetes"}
 
 
 def _declared(extra: str | None = None) -> set[str]:
@@ -43,7 +43,9 @@ def _third_party_imports(subpackage: str | None = None) -> set[str]:
         parts = path.relative_to(PACKAGE).parts
         if "worker" in parts:
             continue  # runs inside the sandbox, stdlib only
-        if subpackage is None and parts[0] in EXTRA_PACKAGES:
+        if subpackage is None and any(
+            "/".join(parts).startswith(f"{extra}/") for extra in EXTRA_PACKAGES
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
