@@ -189,6 +189,13 @@ def a_tar(name: str, content: bytes) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+# Operations that commit a container (a snapshot, and what needs one): left out of the
+# every-operation plan (see conftest.every_operation).
+COMMITTING = frozenset(
+    {("session", "snapshot"), ("session", "fork"), ("session", "delete_snapshot")}
+)
+
+
 def every_operation(
     fields: dict[str, list[str]], task: str | None
 ) -> Callable[[Script], Generator[Call, Seen, None]]:
@@ -212,6 +219,12 @@ def every_operation(
         yield from ask(call("python_repl", "inspect", session_id=sid, variable_name="z"))
         yield from ask(call("python_repl", "list_variables", session_id=sid))
         yield from ask(call("python_repl", "interrupt", session_id=sid))
+        made = yield from ask(call("python_repl", "create_context", session_id=sid))
+        context = (read(made, "context") or {}).get("id")
+        yield from ask(call("python_repl", "list_contexts", session_id=sid))
+        yield from ask(call("python_repl", "restart_context", session_id=sid, context=context))
+        yield from ask(call("python_repl", "remove_context", session_id=sid, context=context))
+        yield from ask(call("session", "snapshots"))
 
         started = yield from ask(call("terminal", "start", command="cat", session_id=sid))
         tid = read(started, "terminal_id")
