@@ -1,7 +1,8 @@
 """The JavaScript kernel's protocol, with the kernel started as a local subprocess driving the
-host's node (no container; skipped where node is not installed): bindings and functions kept
-between cells, the last value as the result, console output, an error with its stack, top-level
-await, a cell's env, SIGINT with the state kept, and a cell that cannot read the next one."""
+host's node (no container; where node is not installed, skipped, or failed under CI): bindings
+and functions kept between cells, the last value as the result, console output, an error with
+its stack, top-level await, a cell's env, SIGINT with the state kept, and a cell that cannot
+read the next one."""
 
 from __future__ import annotations
 
@@ -19,11 +20,18 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import IN_CI
 from tests.unit.test_repl_worker_protocol import WorkerProcess, worker_config
 
 KERNEL = Path(__file__).resolve().parents[2] / "orchestrator" / "worker" / "kernel_node.py"
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+
+@pytest.fixture(autouse=True)
+def host_node() -> None:
+    if shutil.which("node") is None:
+        if IN_CI:
+            pytest.fail("CI is set and node is not installed: the kernel's tests must run")
+        pytest.skip("node is not installed")
 
 
 class Kernel(WorkerProcess):
