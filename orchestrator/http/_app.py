@@ -25,7 +25,7 @@ from orchestrator.http._auth import TENANT_SCOPE_KEY, current_tenant
 from orchestrator.http._bodies import MAX_BODY_BYTES, BodyLimits
 from orchestrator.http._disconnect import CancelOnDisconnect
 from orchestrator.http._events import first_read, terminal_events
-from orchestrator.http._execute_stream import ExecuteEvents, wants_events
+from orchestrator.http._execute_stream import BuildEvents, ExecuteEvents, wants_events
 from orchestrator.http._front import BODY_SCOPE_KEY, Front, FrontDoor
 from orchestrator.http._limits import HttpLimitsConfig
 from orchestrator.http._openapi import openapi_document
@@ -34,6 +34,7 @@ from orchestrator.http._rest_surface import METRICS_PATH, RestSurface
 from orchestrator.http._routes import EVENTS_PATH, REST_ROUTES, TASK_HEADER, RestRoute
 from orchestrator.http._statuses import REST_STATUS, status_for
 from orchestrator.http._ui import ui_routes
+from orchestrator.images.progress import watching_builds
 from orchestrator.mcp_server.server import current_http_request, streamable_http_app
 
 log = logging.getLogger(__name__)
@@ -119,16 +120,20 @@ class _Api:
         task = request.headers.get(TASK_HEADER)
         call_id = new_call_id()
 
-        async def run(on_stdout: Callable[[str], None], on_stderr: Callable[[str], None]) -> Any:
-            return await self.orchestrator.call(
-                tool,
-                arguments,
-                tenant=tenant,
-                task=task,
-                call_id=call_id,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            )
+        async def run(
+            on_stdout: Callable[[str], None], on_stderr: Callable[[str], None], build: BuildEvents
+        ) -> Any:
+            # A template built on the session's first use says so as it goes (``build`` events).
+            with watching_builds(build):
+                return await self.orchestrator.call(
+                    tool,
+                    arguments,
+                    tenant=tenant,
+                    task=task,
+                    call_id=call_id,
+                    on_stdout=on_stdout,
+                    on_stderr=on_stderr,
+                )
 
         return ExecuteEvents(run, {CALL_ID_HEADER: call_id})
 

@@ -1,11 +1,14 @@
 """``execute`` answered as server-sent events (``Accept: text/event-stream``): the cell's output
 as it comes, then its result.
 
-Events: ``stdout`` and ``stderr`` (``data`` is ``{"text": ...}``), then exactly one ``result``
-whose ``data`` is the structured result the JSON route answers (all of the output included),
-and the stream ends. A comment line goes out every ``KEEPALIVE_S`` without output, so proxies
-keep the connection open. The status is 200 once the stream starts; whether the call
-succeeded is the result's ``success`` and ``error_type``, as for every tool.
+Events: ``build`` while a template's image is built on its first use (a call that makes a
+session: ``data`` is ``{"step": ...}``, ``{"log": ...}`` or ``{"done": ...}``, the first step
+saying that a one-time build starts and about how long it takes), ``stdout`` and ``stderr``
+(``data`` is ``{"text": ...}``), then exactly one ``result`` whose ``data`` is the structured
+result the JSON route answers (all of the output included), and the stream ends. A comment
+line goes out every ``KEEPALIVE_S`` without output, so proxies keep the connection open. The
+status is 200 once the stream starts; whether the call succeeded is the result's ``success``
+and ``error_type``, as for every tool.
 
 The orchestrator hands output over from its read of the worker's stream, where nothing may
 block: it goes through a bounded queue, and a piece that finds the queue full is dropped (the
@@ -26,14 +29,15 @@ from starlette.types import Receive, Scope, Send
 from orchestrator.http._events import event
 from orchestrator.tools import ToolResult
 
-__all__ = ["ExecuteEvents", "wants_events"]
+__all__ = ["BuildEvents", "ExecuteEvents", "wants_events"]
 
 # Pieces of output waiting to be written; each is one read of the worker's pipes (≤ 64 KiB).
 MAX_QUEUED = 256
 KEEPALIVE_S = 15.0
 
 Listener = Callable[[str], None]
-RunCall = Callable[[Listener, Listener], Awaitable[ToolResult]]
+# The call, given where its stdout, stderr and any image build it sets off report.
+RunCall = Callable[[Listener, Listener, "BuildEvents"], Awaitable[ToolResult]]
 
 
 def wants_events(accept: str | None) -> bool:
@@ -45,6 +49,23 @@ def wants_events(accept: str | None) -> bool:
         return False
     json_at = kinds.index("application/json") if "application/json" in kinds else len(kinds)
     return kinds.index("text/event-stream") < json_at
+
+
+class BuildEvents:
+    """An image build's progress (``images.progress.BuildProgress``) as ``build`` events, through
+    the same bounded queue as the output (a piece that does not fit is dropped)."""
+
+    def __init__(self, put: Callable[[bytes], None]) -> None:
+        self._put = put
+
+    def step(self, name: str) -> None:
+        self._put(event("build", {"step": name}))
+
+    def log(self, line: str) -> None:
+        self._put(event("build", {"log": line}))
+
+    def done(self, name: str) -> None:
+        self._put(event("build", {"done": name}))
 
 
 class ExecuteEvents(Response):
@@ -62,17 +83,17 @@ class ExecuteEvents(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         sender, receiver = anyio.create_memory_object_stream[bytes](MAX_QUEUED)
 
-        def listener(name: str) -> Listener:
-            def put(text: str) -> None:
-                # A piece that does not fit is dropped: the result has it, the stream is a preview.
-                with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
-                    sender.send_nowait(event(name, {"text": text}))
+        def put(chunk: bytes) -> None:
+            # A piece that does not fit is dropped: the result has it, the stream is a preview.
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                sender.send_nowait(chunk)
 
-            return put
+        def listener(name: str) -> Listener:
+            return lambda text: put(event(name, {"text": text}))
 
         async def call() -> None:
             with sender:
-                result = await self._run(listener("stdout"), listener("stderr"))
+                result = await self._run(listener("stdout"), listener("stderr"), BuildEvents(put))
                 await sender.send(event("result", result.structured))
 
         async with anyio.create_task_group() as group:

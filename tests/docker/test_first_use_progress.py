@@ -1,12 +1,14 @@
 """A template's first use says what it is doing (issue 32.6): a call whose session needs an image
 built first is told, before anything else, that a one-time build starts and about how long it
 takes, then each step, and the next session of that template is told nothing. Through a real
-MCP client (progress notifications of the call) and through ``sandhold run`` (its stderr),
+MCP client (progress notifications of the call), through ``sandhold run`` (its stderr) and
+through REST's streamed create (``build`` events),
 against a user template whose image no run has built before (an env value of its own)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import sys
@@ -15,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
 
 from orchestrator._api import Orchestrator
 from orchestrator.backend.docker import DockerClient, NotFoundError
+from orchestrator.http import build_app
 from orchestrator.images import ImageBuildResult
 from orchestrator.images.templates import load_catalog
 from orchestrator.mcp_server.server import build_mcp_server
 from tests.conftest import RUN_ID, TEST_ORCHESTRATOR_ID, TEST_RUN_LABEL
+from tests.docker.test_http_api import KEY_A, KEYS, serving
 from tests.docker.test_python_repl import config
 from tests.docker.test_templates import SIX
 
@@ -130,3 +135,40 @@ async def test_sandhold_run_shows_the_build_before_the_answer(
     [notice] = [index for index, line in enumerate(lines) if NOTICE in line]
     steps = [index for index, line in enumerate(lines) if line.startswith("template image")]
     assert steps and notice < steps[0], stderr
+
+
+async def test_a_streamed_rest_create_sends_the_build_as_events_before_the_result(
+    worker_image: ImageBuildResult, quick_template: tuple[Path, Path], removes_its_image: None
+) -> None:
+    """POST /v1/sessions with ``Accept: text/event-stream``: ``build`` events (the notice first,
+    then the steps) come before the cell's ``stdout`` and its ``result``; the next create of
+    that template streams no build."""
+    templates, policy = quick_template
+    settings = config(worker_image.tag, template_dirs=(templates,), policy_dirs=(policy.parent,))
+    body = {"code": "print(6 * 7)", "policy": "uses-firstuse"}
+    headers = {"Authorization": f"Bearer {KEY_A}", "Accept": "text/event-stream"}
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        async with (
+            Orchestrator(settings) as orch,
+            serving(build_app(orch, KEYS)) as url,
+            httpx.AsyncClient(base_url=url, headers=headers, timeout=SCENARIO_TIMEOUT) as http,
+        ):
+            first = [e async for e in _events(http, body)]
+            second = [e async for e in _events(http, body)]
+    kinds = [name for name, _ in first]
+    assert kinds[-1] == "result" and first[-1][1]["success"], first[-1]
+    builds = [data for name, data in first if name == "build"]
+    assert builds and builds[0]["step"].startswith(f"{NOTICE} firstuse: about "), builds[:2]
+    assert kinds.index("build") < kinds.index("stdout") < kinds.index("result"), kinds
+    assert not [name for name, _ in second if name == "build"], second
+
+
+async def _events(http: httpx.AsyncClient, body: dict[str, Any]) -> AsyncIterator[tuple[str, Any]]:
+    async with http.stream("POST", "/v1/sessions", json=body) as response:
+        assert response.status_code == 200
+        name = None
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: ") and name is not None:
+                yield name, json.loads(line.removeprefix("data: "))
