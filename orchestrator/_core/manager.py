@@ -53,7 +53,9 @@ from orchestrator.audit._log import AuditLog
 from orchestrator.backend.base import Backend, ContainerSpec
 from orchestrator.errors import (
     BackendError,
+    BackendUnavailableError,
     BusyError,
+    ContainerNotFoundError,
     InvalidArgumentError,
     OrchestratorError,
     PolicyViolationError,
@@ -842,7 +844,18 @@ class SessionManager:
         async with session.state_lock:
             if not session.paused:
                 return False
-            await self.backend.unpause(session.container_id)
+            try:
+                await self.backend.unpause(session.container_id)
+            except (BackendUnavailableError, ContainerNotFoundError):
+                raise
+            except BackendError as exc:
+                # The engine says it is not paused: an engine restart stopped it (or someone
+                # thawed it from outside). A stopped one is lost, which the caller is told.
+                state = await self.backend.container_state(session.container_id)
+                if not state.running:
+                    raise ContainerNotFoundError(
+                        f"its container stopped while paused: {exc}"
+                    ) from exc
             session.paused = False
         session.touch()
         return True

@@ -62,6 +62,11 @@ async def test_a_restarted_engine_loses_every_session_and_each_says_so(
 ) -> None:
     async with faulted(engine, tmp_path) as f:
         sids = await _make_sessions(f)
+        # One more, paused when the engine goes: thawing a container the restart stopped.
+        # (the orchestrator's own tenant: the REST tenant's quota is full)
+        paused = await f.call("python_repl", operation="execute", code="1")
+        froze = await f.call("session", operation="pause", session_id=paused["session_id"])
+        assert froze["success"], froze
         answers: list[dict[str, Any]] = []
 
         async def execute(sid: str) -> None:
@@ -89,6 +94,10 @@ async def test_a_restarted_engine_loses_every_session_and_each_says_so(
         status, ready = await f.readyz()
         assert status == 200, ready
 
+        thawed = await f.call(
+            "python_repl", operation="execute", code="1", session_id=paused["session_id"]
+        )
+        assert thawed["error_type"] == "session_lost", thawed
         for sid in sids:
             after = await f.rest("python_repl", operation="execute", code="x", session_id=sid)
             assert after["error_type"] == "session_lost", after
