@@ -29,6 +29,8 @@ IDLE_POLICY = 'extends = "default"\n[timeouts]\nidle_s = 1\nidle_counts_processe
 
 
 def idle_policy(directory: Path, counts_processes: bool) -> str:
+    """The name of a policy with a 1 s idle timeout (written before the orchestrator starts:
+    it serves the policies it read then)."""
     name = "counting" if counts_processes else "blind"
     (directory / f"{name}.toml").write_text(
         f'name = "{name}"\n' + IDLE_POLICY.format(str(counts_processes).lower())
@@ -38,6 +40,8 @@ def idle_policy(directory: Path, counts_processes: bool) -> str:
 
 @pytest.fixture
 async def orch(worker_image: ImageBuildResult, tmp_path: Path) -> AsyncIterator[Orchestrator]:
+    for counts_processes in (True, False):
+        idle_policy(tmp_path, counts_processes)
     settings = config(worker_image.tag, policy_dirs=(tmp_path,), reap_interval=0.5)
     async with Orchestrator(settings) as orchestrator:
         yield orchestrator
@@ -125,6 +129,7 @@ async def test_maximum_lifetime_ends_a_session_whatever_runs_in_it(
     (tmp_path / "short.toml").write_text(
         'name = "short"\nextends = "default"\n[timeouts]\nidle_s = 2\nmax_lifetime_s = 2\n'
     )
+    await orch.reload()  # a policy written after the start is served from the next reload
     session = await orch.create_session(policy="short")
     await session.processes.start("sleep 30")
     assert "maximum lifetime (2 s) reached" in await wait_until_ended(orch, session.id)
@@ -136,6 +141,7 @@ async def test_a_port_the_repl_itself_listens_on_keeps_the_session_from_idling(
     (tmp_path / "serving.toml").write_text(
         'name = "serving"\nextends = "unrestricted-python"\n[timeouts]\nidle_s = 1\n'
     )
+    await orch.reload()
     session = await orch.create_session(policy="serving")
     opened = await session.repl.execute(
         "import socket\nserver = socket.socket()\nserver.bind(('127.0.0.1', 0))\nserver.listen()",
