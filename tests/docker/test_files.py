@@ -773,17 +773,38 @@ async def test_writing_the_workspace_itself_is_refused(files: SessionFiles) -> N
 async def test_a_garbled_helper_reply_is_a_backend_error(
     reply: str, files: SessionFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = ("python3", "-I", "-c", f"import sys; sys.stdout.write({reply!r})")
-    monkeypatch.setattr(files_module, "FILEOPS_ARGV", fake)
-    with pytest.raises(BackendError) as caught:
+    """A helper that stays up and answers the request (under its id, where the reply is an
+    object) with something that is not a valid reply: never taken for one."""
+    monkeypatch.setattr(files_module, "FILEOPS_ARGV", ("python3", "-I", "-c", GARBLER % reply))
+    monkeypatch.setattr(files_module, "OP_TIMEOUT", 2.0)  # a line it cannot read as a reply
+    with anyio.fail_after(30), pytest.raises(BackendError) as caught:
         await files.write("x.txt", content="hello")
     assert caught.value.code == "internal"
+
+
+# Reads one request and answers it with the reply given (%r), tagged with the request's id when
+# the reply is a JSON object, then waits (a helper that stays up).
+GARBLER = """
+import json, sys
+request = json.loads(sys.stdin.readline())
+reply = %r
+try:
+    parsed = json.loads(reply)
+except ValueError:
+    parsed = None
+if isinstance(parsed, dict):
+    reply = reply.replace("{", '{"id": %%s, ' %% json.dumps(request["id"]), 1)
+sys.stdout.write(reply + "\\n")
+sys.stdout.flush()
+sys.stdin.readline()
+"""
 
 
 async def test_an_oversized_helper_reply_is_a_backend_error(
     small_files: SessionFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(files_module, "FILEOPS_ARGV", ("head", "-c", "20000000", "/dev/zero"))
+    flood = ("sh", "-c", "head -c 20000000 /dev/zero", "sh")  # the helper's own arguments follow
+    monkeypatch.setattr(files_module, "FILEOPS_ARGV", flood)
     with pytest.raises(BackendError):
         await small_files.read("x.txt")
 
