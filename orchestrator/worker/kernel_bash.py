@@ -35,7 +35,7 @@ import contextlib
 
 from .config import WorkerConfig
 from .kernel import Sink, run
-from .kernel_pipes import collect
+from .kernel_pipes import collect, cpu_seconds, with_output
 
 BASH_ARGV = ("bash", "--norc", "--noprofile")
 # Set once at start: an interrupted cell returns from its ``.`` with the status of a SIGINT.
@@ -92,7 +92,7 @@ class BashAdapter:
 
     def execute(self, code: str, env: "dict[str, str]", sink: Sink | None) -> "dict[str, Any]":
         bad = [name for name in env if not _NAME.match(name)]
-        started, cpu = time.perf_counter(), self._cpu_seconds()
+        started, cpu = time.perf_counter(), cpu_seconds(self._process.pid)
         if bad:
             return _reply(False, "validation", f"not a shell variable name: {bad[0][:64]!r}")
         with open(self._cell, "w", encoding="utf-8", errors="surrogateescape") as cell:
@@ -120,14 +120,7 @@ class BashAdapter:
             reply = _reply(False, "KeyboardInterrupt", "interrupted", interrupted=True)
         elif status != 0:
             reply = _reply(False, "ExitCode", f"exit status {status}")
-        for index, name in enumerate(("stdout", "stderr")):
-            data, total = streams[index]
-            reply[name] = data.decode("utf-8", "replace")
-            reply[f"{name}_bytes"] = total
-            reply["truncated"] = reply["truncated"] or total > len(data)
-        reply["execution_time_ms"] = round((time.perf_counter() - started) * 1000, 3)
-        reply["cpu_time_ms"] = round(max(self._cpu_seconds() - cpu, 0.0) * 1000, 3)
-        return reply
+        return with_output(reply, streams, started, cpu_seconds(self._process.pid) - cpu)
 
     def _collect(self, sink: Sink | None) -> "tuple[list[tuple[bytes, int]], int | None]":
         """Both streams up to their markers; the cell's status, or None if bash ended."""
@@ -138,15 +131,6 @@ class BashAdapter:
         if trailer is None:
             return streams, None
         return streams, int(trailer) if trailer.isdigit() else 0
-
-    def _cpu_seconds(self) -> float:
-        """CPU time of bash and the commands it waited for (its /proc stat)."""
-        try:
-            with open(f"/proc/{self._process.pid}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return 0.0
 
     def close(self) -> None:
         if self._process.poll() is None:

@@ -36,7 +36,7 @@ if __name__ == "__main__" and not __package__:
 
 from .config import WorkerConfig
 from .kernel import Sink, run
-from .kernel_pipes import collect
+from .kernel_pipes import collect, cpu_seconds, with_output
 
 NODE = "node"
 # Cells reach the driver on this fd, a pipe of the kernel's own.
@@ -178,7 +178,7 @@ class NodeAdapter:
                 os.kill(self._process.pid, signal.SIGINT)
 
     def execute(self, code: str, env: "dict[str, str]", sink: Sink | None) -> "dict[str, Any]":
-        started, cpu = time.perf_counter(), self._cpu_seconds()
+        started, cpu = time.perf_counter(), cpu_seconds(self._process.pid)
         request = {"code": code, "env": {**self._env, **env}, "token": self._token.decode()}
         self._running = True
         try:
@@ -189,28 +189,13 @@ class NodeAdapter:
         finally:
             self._running = False
         reply = _reply(trailer)
-        for index, name in enumerate(("stdout", "stderr")):
-            data, total = streams[index]
-            reply[name] = data.decode("utf-8", "replace")
-            reply[f"{name}_bytes"] = total
-            reply["truncated"] = reply["truncated"] or total > len(data)
-        reply["execution_time_ms"] = round((time.perf_counter() - started) * 1000, 3)
-        reply["cpu_time_ms"] = round(max(self._cpu_seconds() - cpu, 0.0) * 1000, 3)
-        return reply
+        return with_output(reply, streams, started, cpu_seconds(self._process.pid) - cpu)
 
     def _collect(self, sink: Sink | None) -> "tuple[list[tuple[bytes, int]], bytes | None]":
         assert self._process.stdout is not None
         assert self._process.stderr is not None
         fds = (self._process.stdout.fileno(), self._process.stderr.fileno())
         return collect(fds, self._token, self._limit, sink)
-
-    def _cpu_seconds(self) -> float:
-        try:
-            with open(f"/proc/{self._process.pid}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return 0.0
 
     def close(self) -> None:
         if self._process.poll() is None:

@@ -1,10 +1,13 @@
 """A language process's output during one cell, for the kernels (kernel_bash.py,
 kernel_node.py): after the cell the process prints a marker (a random token the cell never
 sees, then a trailer line) on stdout and the token on stderr; everything before the markers is
-the cell's output, kept within the stream cap and streamed as it comes."""
+the cell's output, kept within the stream cap and streamed as it comes; ``with_output`` puts
+it, and the cell's time, into the reply."""
 
 import os
 import selectors
+import time
+from typing import Any
 
 from .kernel import Sink
 
@@ -84,3 +87,31 @@ def _partial_marker(data: bytes, token: bytes) -> int:
         if token.startswith(data[-length:]):
             return length
     return 0
+
+
+def with_output(
+    reply: "dict[str, Any]",
+    streams: "list[tuple[bytes, int]]",
+    started: float,
+    cpu_spent: float,
+) -> "dict[str, Any]":
+    """``reply`` with the cell's streams (what was kept, its size, whether it was cut), its wall
+    time since ``started`` (``time.perf_counter``) and ``cpu_spent`` seconds of CPU."""
+    for index, name in enumerate(("stdout", "stderr")):
+        data, total = streams[index]
+        reply[name] = data.decode("utf-8", "replace")
+        reply[f"{name}_bytes"] = total
+        reply["truncated"] = reply["truncated"] or total > len(data)
+    reply["execution_time_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    reply["cpu_time_ms"] = round(max(cpu_spent, 0.0) * 1000, 3)
+    return reply
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process and the children it waited for (its /proc stat); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
