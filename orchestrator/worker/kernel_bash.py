@@ -35,7 +35,7 @@ import contextlib
 
 from .config import WorkerConfig
 from .kernel import Sink, run
-from .kernel_pipes import collect, cpu_seconds, with_output
+from .kernel_pipes import collect, cpu_seconds, wait_ended, with_output
 
 BASH_ARGV = ("bash", "--norc", "--noprofile")
 # Set once at start: an interrupted cell returns from its ``.`` with the status of a SIGINT.
@@ -113,6 +113,7 @@ class BashAdapter:
             self._running = False
         reply = _reply(True)
         if status is None:
+            wait_ended(self._process)
             reply = _reply(
                 False, "ExitCode", "the shell exited; the context restarts on its next cell"
             )

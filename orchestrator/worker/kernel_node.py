@@ -36,7 +36,7 @@ if __name__ == "__main__" and not __package__:
 
 from .config import WorkerConfig
 from .kernel import Sink, run
-from .kernel_pipes import collect, cpu_seconds, with_output
+from .kernel_pipes import collect, cpu_seconds, wait_ended, with_output
 
 NODE = "node"
 # Cells reach the driver on this fd, a pipe of the kernel's own.
@@ -188,6 +188,8 @@ class NodeAdapter:
             streams, trailer = self._collect(sink)
         finally:
             self._running = False
+        if trailer is None:
+            wait_ended(self._process)
         reply = _reply(trailer)
         return with_output(reply, streams, started, cpu_seconds(self._process.pid) - cpu)
 

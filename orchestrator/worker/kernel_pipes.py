@@ -4,14 +4,20 @@ sees, then a trailer line) on stdout and the token on stderr; everything before 
 the cell's output, kept within the stream cap and streamed as it comes; ``with_output`` puts
 it, and the cell's time, into the reply."""
 
+import contextlib
 import os
 import selectors
+import subprocess
 import time
 from typing import Any
 
 from .kernel import Sink
 
 _READ_BYTES = 1 << 16
+# A language process that closed its pipes is ending: its exit is waited for this long, so that
+# the kernel, which ends with it right after its reply, is gone before the host's next request
+# (else that request could find it still up, then lose it mid-cell).
+ENDED_WAIT_S = 5.0
 
 
 def collect(
@@ -115,3 +121,9 @@ def cpu_seconds(pid: int) -> float:
         return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def wait_ended(process: "subprocess.Popen[bytes]") -> None:
+    """Wait, bounded, for a language process whose pipes closed to have exited."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=ENDED_WAIT_S)

@@ -222,7 +222,11 @@ async def test_the_cell_after_an_exit_runs_in_a_fresh_shell(orch: Orchestrator) 
     )
     assert ended["error_type"] == "ExitCode" and not ended["state_reset"]
     fresh = await repl(orch, operation="execute", session_id=sid, context="bash", code="echo [$K]")
-    assert fresh["success"] and fresh["state_reset"] is True and fresh["stdout"] == "[]\n"
+    assert fresh["success"] and fresh["state_reset"] is True and fresh["stdout"] == "[]\n", (
+        fresh["error_type"],
+        fresh["error_message"],
+        fresh["state_reset"],
+    )
 
 
 async def test_a_python_worker_killed_while_idle_is_replaced_on_the_next_cell(
