@@ -14,6 +14,7 @@ from orchestrator.errors import (
     InvalidArgumentError,
     NotSupportedError,
     OrchestratorError,
+    PathNotFoundError,
     PolicyViolationError,
     ProcessCrashedError,
     QuotaExceededError,
@@ -42,6 +43,7 @@ def _bare(cls: type[OrchestratorError]) -> Callable[[str, dict[str, Any]], Orche
 _BY_TYPE: dict[str, Callable[[str, dict[str, Any]], OrchestratorError]] = {
     "invalid_argument": lambda m, s: InvalidArgumentError(m),
     "unknown_template": _bare(UnknownTemplateError),
+    "path_not_found": lambda m, s: PathNotFoundError(m),
     "session_not_found": lambda m, s: SessionNotFoundError(m),
     "session_lost": lambda m, s: SessionLostError(m, cause=str(s.get("cause", "unknown"))),
     "policy": lambda m, s: PolicyViolationError(m, rule=str(s.get("rule", ""))),

@@ -24,6 +24,7 @@ from orchestrator import (
     InvalidArgumentError,
     Orchestrator,
     OrchestratorError,
+    PathNotFoundError,
     PolicyViolationError,
     SessionNotFoundError,
 )
@@ -160,9 +161,9 @@ async def test_files_are_removed_moved_and_made_through_the_files_tool(
             await files.remove("a", recursive=True)
             await files.remove("two.txt")
             assert [entry.name for entry in await files.list()] == []
-            with pytest.raises(InvalidArgumentError) as missing:
+            with pytest.raises(PathNotFoundError) as missing:
                 await files.remove("two.txt")
-            assert missing.value.error_type == "invalid_argument"
+            assert missing.value.error_type == "path_not_found"
             for outside in ("/etc/passwd", "../etc"):
                 with pytest.raises(InvalidArgumentError):
                     await files.exists(outside)
