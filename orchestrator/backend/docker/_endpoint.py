@@ -10,6 +10,7 @@ carries the negotiated version instead of a constant.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ class EngineEndpoint:
         try:
             with anyio.fail_after(CONNECT_TIMEOUT):
                 if url.scheme == "unix":
-                    return await anyio.connect_unix(url.path)
+                    return await connect_unix(url.path)
                 host = url.hostname or "localhost"
                 if self.tls is not None:
                     return await anyio.connect_tcp(
@@ -120,3 +121,24 @@ def _ssl_context(config: Any) -> ssl.SSLContext:
     elif isinstance(cert, str):
         context.load_cert_chain(cert)
     return context
+
+
+async def connect_unix(path: str) -> anyio.abc.SocketStream:
+    """``anyio.connect_unix`` without its race: while the engine's listen queue is full it
+    waits for the socket to turn writable with a bare ``Future.set_result`` as the loop's
+    callback, and a connect cancelled (``CONNECT_TIMEOUT``, a task group closing) just as the
+    socket turned writable had that callback set a cancelled future: an ``InvalidStateError``
+    in the event loop, outside any task. ``anyio.wait_writable`` guards against it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        while True:
+            try:
+                sock.connect(path)
+            except BlockingIOError:  # the listen queue is full: a unix connect is retried
+                await anyio.wait_writable(sock)
+            else:
+                return await anyio.abc.UNIXSocketStream.from_socket(sock)
+    except BaseException:
+        sock.close()
+        raise
