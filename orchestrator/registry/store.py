@@ -2,8 +2,10 @@
 
 One SQLite file (WAL, every write its own transaction) holds this orchestrator's id, its sessions
 (owner, the effective policy they were created under, container, REPL worker pid, the env given
-at creation), the ids made inside them (processes, terminals), their code history, and the
-tenants' snapshots (owner, policy name, image, size, env and metadata: ``_core.snapshots``). The env
+at creation, and their settings: metadata, the end a ``set_timeout`` gave and what happens then),
+the ids made inside them (processes, terminals), their code history, the tenants' snapshots
+(owner, policy name, image, size, env and metadata: ``_core.snapshots``), and the E2B port's ids
+beside its sessions (``E2bRecord``: sandbox id, access token, the commands it numbered). The env
 is kept because a re-adopted session must give it to every process it starts after a restart;
 its values may be secrets, as code may be: the file is made 0600, in a directory made 0700.
 
@@ -15,6 +17,9 @@ then.
 One orchestrator at a time: the file is locked (``flock`` on ``<path>.lock``) for as long as the
 registry is open, and the lock dies with the process, ``kill -9`` included. Without a path the
 registry lives in memory and nothing survives the process (the library default).
+
+Schema versions: 1 had no settings and no E2B tables; 2 adds them (``CREATE TABLE IF NOT
+EXISTS``), so a version-1 file opens, keeps every row and reads as sessions without settings.
 
 Calls are synchronous: a write is a few tens of microseconds in WAL mode without an fsync per
 commit (``synchronous=NORMAL``: a power loss may drop the last commits, never corrupt the file).
@@ -39,13 +44,18 @@ from orchestrator.session.history import HistoryEntry
 __all__ = [
     "PRUNE_EVERY",
     "SCHEMA_VERSION",
+    "E2bCommandRecord",
+    "E2bRecord",
     "Registry",
     "SessionRecord",
+    "SessionSettings",
     "SnapshotRecord",
     "read_owners",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions a file may be at and still be opened (and brought to SCHEMA_VERSION).
+READABLE_VERSIONS = frozenset({0, 1, SCHEMA_VERSION})
 # History rows beyond a session's cap are deleted once every this many cells.
 PRUNE_EVERY = 32
 SCHEMA = """
@@ -81,6 +91,31 @@ CREATE TABLE IF NOT EXISTS snapshots (
     source_session TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS session_settings (
+    session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+    metadata_json TEXT NOT NULL,
+    ends_at REAL,
+    end_action TEXT
+);
+CREATE TABLE IF NOT EXISTS e2b_sandboxes (
+    sandbox_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL UNIQUE REFERENCES sessions(id) ON DELETE CASCADE,
+    tenant TEXT NOT NULL,
+    template TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    access_token TEXT NOT NULL,
+    envs_json TEXT NOT NULL,
+    options_json TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    next_pid INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS e2b_commands (
+    sandbox_id TEXT NOT NULL REFERENCES e2b_sandboxes(sandbox_id) ON DELETE CASCADE,
+    pid INTEGER NOT NULL,
+    terminal_id TEXT NOT NULL,
+    spec_json TEXT NOT NULL,
+    PRIMARY KEY (sandbox_id, pid)
+);
 CREATE TABLE IF NOT EXISTS history (
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
     seq INTEGER NOT NULL,
@@ -103,6 +138,47 @@ class SessionRecord:
     worker_pid: int | None
     created_at: str
     env: Mapping[str, str] = field(default_factory=dict)
+    settings: SessionSettings | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionSettings:
+    """What a running session was given beside its policy and env: its metadata, the end a
+    ``set_timeout`` gave it (wall clock, seconds since the epoch: a monotonic clock does not
+    survive a restart; None: its policy's lifetime) and what happens then (None: the core's
+    default, the session ends)."""
+
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    ends_at: float | None = None
+    end_action: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class E2bCommandRecord:
+    """One command an E2B sandbox started: its envd pid, its terminal, and what the SDK
+    started it with (a JSON object the E2B port reads back)."""
+
+    pid: int
+    terminal_id: str
+    spec: Mapping[str, object]
+
+
+@dataclass(frozen=True, kw_only=True)
+class E2bRecord:
+    """An E2B sandbox: its id and access token beside the session it is, and what the E2B port
+    keeps of its creation (template, policy, envs, options such as ``auto_resume``)."""
+
+    sandbox_id: str
+    session_id: str
+    tenant: str
+    template: str
+    policy: str
+    access_token: str
+    envs: Mapping[str, str]
+    options: Mapping[str, object]
+    started_at: str
+    next_pid: int
+    commands: tuple[E2bCommandRecord, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +216,7 @@ class Registry:
             )
             # The version first: a file we refuse is left exactly as it was.
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in READABLE_VERSIONS:
                 raise RegistryError(f"{self.path}: registry schema {version} is not supported")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -262,10 +338,27 @@ class Registry:
         with self._transaction() as db:
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
+    def set_settings(self, session_id: str, settings: SessionSettings) -> None:
+        """Keep ``settings`` for the session (replacing any before); nothing when it has no
+        row (it ended meanwhile)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO session_settings "
+                "SELECT id, ?, ?, ? FROM sessions WHERE id = ?",
+                (
+                    json.dumps(dict(settings.metadata)),
+                    settings.ends_at,
+                    settings.end_action,
+                    session_id,
+                ),
+            )
+
     def sessions(self) -> list[SessionRecord]:
         rows = self.db.execute(
-            "SELECT id, tenant, task, policy_json, container_id, worker_pid, created_at, env_json "
-            "FROM sessions LEFT JOIN session_env ON session_env.session_id = sessions.id "
+            "SELECT id, tenant, task, policy_json, container_id, worker_pid, created_at, env_json, "
+            "metadata_json, ends_at, end_action FROM sessions "
+            "LEFT JOIN session_env ON session_env.session_id = sessions.id "
+            "LEFT JOIN session_settings ON session_settings.session_id = sessions.id "
             "ORDER BY created_at"
         ).fetchall()
         return [
@@ -278,9 +371,91 @@ class Registry:
                 worker_pid=r[5],
                 created_at=r[6],
                 env=_env(r[7]),
+                settings=_settings(r[8], r[9], r[10]),
             )
             for r in rows
         ]
+
+    # -- E2B sandboxes (``orchestrator.http.e2b``) -------------------------------------------
+
+    def add_e2b(self, record: E2bRecord) -> None:
+        """The sandbox's row; it goes with its session's (a foreign key)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO e2b_sandboxes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.sandbox_id,
+                    record.session_id,
+                    record.tenant,
+                    record.template,
+                    record.policy,
+                    record.access_token,
+                    json.dumps(dict(record.envs)),
+                    json.dumps(dict(record.options)),
+                    record.started_at,
+                    record.next_pid,
+                ),
+            )
+
+    def e2b(self, sandbox_id: str) -> E2bRecord | None:
+        """The sandbox with its commands, or None (never made, or its session ended)."""
+        row = self.db.execute(
+            "SELECT sandbox_id, session_id, tenant, template, policy, access_token, envs_json, "
+            "options_json, started_at, next_pid FROM e2b_sandboxes WHERE sandbox_id = ?",
+            (sandbox_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        commands = self.db.execute(
+            "SELECT pid, terminal_id, spec_json FROM e2b_commands WHERE sandbox_id = ? "
+            "ORDER BY pid",
+            (sandbox_id,),
+        ).fetchall()
+        return E2bRecord(
+            sandbox_id=row[0],
+            session_id=row[1],
+            tenant=row[2],
+            template=row[3],
+            policy=row[4],
+            access_token=row[5],
+            envs=_env(row[6]),
+            options=_object(row[7]),
+            started_at=row[8],
+            next_pid=row[9],
+            commands=tuple(
+                E2bCommandRecord(pid=c[0], terminal_id=c[1], spec=_object(c[2])) for c in commands
+            ),
+        )
+
+    def e2b_ids(self, tenant: str) -> list[str]:
+        """The tenant's sandbox ids, oldest first."""
+        rows = self.db.execute(
+            "SELECT sandbox_id FROM e2b_sandboxes WHERE tenant = ? ORDER BY started_at, sandbox_id",
+            (tenant,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def e2b_id_taken(self, sandbox_id: str) -> bool:
+        found = self.db.execute(
+            "SELECT 1 FROM e2b_sandboxes WHERE sandbox_id = ?", (sandbox_id,)
+        ).fetchone()
+        return found is not None
+
+    def add_e2b_command(self, sandbox_id: str, command: E2bCommandRecord) -> None:
+        """The command's row, and the sandbox's next pid past it, in one transaction."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO e2b_commands VALUES (?, ?, ?, ?)",
+                (sandbox_id, command.pid, command.terminal_id, json.dumps(dict(command.spec))),
+            )
+            db.execute(
+                "UPDATE e2b_sandboxes SET next_pid = MAX(next_pid, ?) WHERE sandbox_id = ?",
+                (command.pid + 1, sandbox_id),
+            )
+
+    def remove_e2b(self, sandbox_id: str) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM e2b_sandboxes WHERE sandbox_id = ?", (sandbox_id,))
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -436,6 +611,25 @@ def _env(env_json: str | None) -> dict[str, str]:
     ):
         raise RegistryError("a session's stored env is not a map of strings")
     return env
+
+
+def _object(raw: str) -> dict[str, object]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise RegistryError("a stored E2B record is not a JSON object")
+    return value
+
+
+def _settings(
+    metadata_json: str | None, ends_at: float | None, end_action: str | None
+) -> SessionSettings | None:
+    """A session's stored settings; None for a session that has none (a version-1 row)."""
+    if metadata_json is None:
+        return None
+    return SessionSettings(metadata=_env(metadata_json), ends_at=ends_at, end_action=end_action)
 
 
 # Code and output are kept as bytes: they may hold lone surrogates, which SQLite text cannot.
