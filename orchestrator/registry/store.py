@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS session_settings (
     session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
     metadata_json TEXT NOT NULL,
     ends_at REAL,
+    lifetime_s REAL,
     end_action TEXT
 );
 CREATE TABLE IF NOT EXISTS e2b_sandboxes (
@@ -145,11 +146,13 @@ class SessionRecord:
 class SessionSettings:
     """What a running session was given beside its policy and env: its metadata, the end a
     ``set_timeout`` gave it (wall clock, seconds since the epoch: a monotonic clock does not
-    survive a restart; None: its policy's lifetime) and what happens then (None: the core's
+    survive a restart; None: its policy's lifetime), the lifetime that end was set with (a
+    resume after a pause at the end gives it again) and what the end does (None: the core's
     default, the session ends)."""
 
     metadata: Mapping[str, str] = field(default_factory=dict)
     ends_at: float | None = None
+    lifetime_s: float | None = None
     end_action: str | None = None
 
 
@@ -344,10 +347,11 @@ class Registry:
         with self._transaction() as db:
             db.execute(
                 "INSERT OR REPLACE INTO session_settings "
-                "SELECT id, ?, ?, ? FROM sessions WHERE id = ?",
+                "SELECT id, ?, ?, ?, ? FROM sessions WHERE id = ?",
                 (
                     json.dumps(dict(settings.metadata)),
                     settings.ends_at,
+                    settings.lifetime_s,
                     settings.end_action,
                     session_id,
                 ),
@@ -356,7 +360,7 @@ class Registry:
     def sessions(self) -> list[SessionRecord]:
         rows = self.db.execute(
             "SELECT id, tenant, task, policy_json, container_id, worker_pid, created_at, env_json, "
-            "metadata_json, ends_at, end_action FROM sessions "
+            "metadata_json, ends_at, lifetime_s, end_action FROM sessions "
             "LEFT JOIN session_env ON session_env.session_id = sessions.id "
             "LEFT JOIN session_settings ON session_settings.session_id = sessions.id "
             "ORDER BY created_at"
@@ -371,7 +375,7 @@ class Registry:
                 worker_pid=r[5],
                 created_at=r[6],
                 env=_env(r[7]),
-                settings=_settings(r[8], r[9], r[10]),
+                settings=_settings(r[8], r[9], r[10], r[11]),
             )
             for r in rows
         ]
@@ -624,12 +628,17 @@ def _object(raw: str) -> dict[str, object]:
 
 
 def _settings(
-    metadata_json: str | None, ends_at: float | None, end_action: str | None
+    metadata_json: str | None,
+    ends_at: float | None,
+    lifetime_s: float | None,
+    end_action: str | None,
 ) -> SessionSettings | None:
     """A session's stored settings; None for a session that has none (a version-1 row)."""
     if metadata_json is None:
         return None
-    return SessionSettings(metadata=_env(metadata_json), ends_at=ends_at, end_action=end_action)
+    return SessionSettings(
+        metadata=_env(metadata_json), ends_at=ends_at, lifetime_s=lifetime_s, end_action=end_action
+    )
 
 
 # Code and output are kept as bytes: they may hold lone surrogates, which SQLite text cannot.

@@ -124,7 +124,9 @@ def test_settings_are_kept_replaced_and_go_with_their_session(registry: Registry
     registry.add_session(session("s2"))
     assert [r.settings for r in registry.sessions()] == [None, None]
     registry.set_settings("s1", SessionSettings(metadata={"a": "1"}))
-    wanted = SessionSettings(metadata={"a": "2"}, ends_at=1_700_000_000.5, end_action="pause")
+    wanted = SessionSettings(
+        metadata={"a": "2"}, ends_at=1_700_000_000.5, lifetime_s=30.0, end_action="pause"
+    )
     registry.set_settings("s1", wanted)
     by_id = {r.id: r.settings for r in reopened(registry).sessions()}
     assert by_id == {"s1": wanted, "s2": None}
