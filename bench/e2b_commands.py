@@ -33,7 +33,7 @@ from _stats import summary
 from e2b_sdk import serving
 
 from orchestrator import Sandbox as SandholdSandbox
-from orchestrator.e2b._demux import new_marker, with_stderr_marked
+from orchestrator.http.e2b._demux import new_marker, with_stderr_marked
 
 # One create of each kind; a cold container on a loaded machine takes seconds.
 CREATE_TIMEOUT = 900

@@ -304,7 +304,7 @@ async def _e2b_serving(
     if plan.e2b_listener is None:
         yield None
         return
-    from orchestrator.e2b import build_e2b_app  # needs connectrpc: only when asked for
+    from orchestrator.http.e2b import build_e2b_app  # needs connectrpc: only when asked for
 
     server = _Server(
         build_e2b_app(orchestrator, plan.keys, front=front),

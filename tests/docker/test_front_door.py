@@ -443,8 +443,8 @@ def _every_route(keys: dict[str, str]) -> list[tuple[str, str, str]]:
     from orchestrator._api import Orchestrator
     from orchestrator._core.config import OrchestratorConfig
     from orchestrator._core.tenants import TenantKeys
-    from orchestrator.e2b import build_e2b_app
     from orchestrator.http import FrontDoor, build_app
+    from orchestrator.http.e2b import build_e2b_app
 
     orchestrator = Orchestrator(OrchestratorConfig())  # built, never started: only routes read
     tenants = TenantKeys.single("team-a", keys["team-a"])

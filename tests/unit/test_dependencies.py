@@ -23,8 +23,8 @@ def _normal(name: str) -> str:
 
 
 # A subpackage that serves an optional extra may import that extra's dependencies too; nothing
-# outside it imports them (serve loads orchestrator.e2b only for --e2b-port).
-EXTRA_PACKAGES = {"e2b": "e2b", "backend/kubernetes": "kubernetes"}
+# outside it imports them (serve loads orchestrator.http.e2b only for --e2b-port).
+EXTRA_PACKAGES = {"http/e2b": "e2b", "backend/kubernetes": "kubernetes"}
 
 
 def _declared(extra: str | None = None) -> set[str]:

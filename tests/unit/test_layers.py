@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     # from), the policy model and the HTTP front's statuses; nothing imports it.
     "docs_reference": FOUNDATION | {"policy", "session", "_core", "tools", "http"},
 }
-INTERFACES = {"cli", "http", "mcp_server", "e2b", "__init__", "__main__"}
+INTERFACES = {"cli", "http", "mcp_server", "__init__", "__main__"}
 
 
 def _part(module: str) -> str:

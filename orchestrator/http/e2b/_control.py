@@ -29,11 +29,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator._core.session_control import check_metadata
-from orchestrator.e2b._errors import e2b_error, status_of
-from orchestrator.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
-from orchestrator.e2b._tooling import ToolCallError, call
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http import CALLER_SCOPE_KEY, Caller
+from orchestrator.http.e2b._errors import e2b_error, status_of
+from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
+from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
 

@@ -22,8 +22,8 @@ from typing import Any, Final
 from starlette.types import Scope
 
 from orchestrator._core.tenants import TenantKeys
-from orchestrator.e2b._sandboxes import SandboxTable
 from orchestrator.http import E2B_STATUS, Caller, JsonBody, Role, Surface
+from orchestrator.http.e2b._sandboxes import SandboxTable
 
 __all__ = ["ENVD_PORT", "INTERPRETER_PORT", "STREAMING_RPCS", "E2bSurface", "header"]
 

@@ -22,18 +22,18 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from orchestrator._core.tenants import TenantKeys
-from orchestrator.e2b._codec import ENVD_JSON_CODEC
-from orchestrator.e2b._context import sandbox_scope
-from orchestrator.e2b._control import Control
-from orchestrator.e2b._envd import filesystem_connect, process_connect
-from orchestrator.e2b._envd_http import envd_http
-from orchestrator.e2b._filesystem import FilesystemService
-from orchestrator.e2b._interpreter import Interpreter
-from orchestrator.e2b._process import ProcessService
-from orchestrator.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
-from orchestrator.e2b._surface import ENVD_PORT, INTERPRETER_PORT, E2bSurface
-from orchestrator.e2b._tooling import ToolCallError, call
 from orchestrator.http import MAX_BODY_BYTES, Front, FrontDoor, HttpLimitsConfig
+from orchestrator.http.e2b._codec import ENVD_JSON_CODEC
+from orchestrator.http.e2b._context import sandbox_scope
+from orchestrator.http.e2b._control import Control
+from orchestrator.http.e2b._envd import filesystem_connect, process_connect
+from orchestrator.http.e2b._envd_http import envd_http
+from orchestrator.http.e2b._filesystem import FilesystemService
+from orchestrator.http.e2b._interpreter import Interpreter
+from orchestrator.http.e2b._process import ProcessService
+from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
+from orchestrator.http.e2b._surface import ENVD_PORT, INTERPRETER_PORT, E2bSurface
+from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["ENVD_PORT", "INTERPRETER_PORT", "E2bApp", "build_e2b_app"]
 

@@ -4,6 +4,6 @@ the code interpreter, so that E2B's unmodified SDKs drive sandhold sessions
 (``Orchestrator.call``): policies, quotas, owners, audit and crash safety hold as for every
 other interface."""
 
-from orchestrator.e2b._app import build_e2b_app
+from orchestrator.http.e2b._app import build_e2b_app
 
 __all__ = ["build_e2b_app"]

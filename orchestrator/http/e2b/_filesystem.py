@@ -12,12 +12,12 @@ from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from protobuf.wkt import Timestamp
 
-from orchestrator.e2b._context import current_sandbox
-from orchestrator.e2b._envd import filesystem_pb as pb
-from orchestrator.e2b._errors import connect_error
-from orchestrator.e2b._files import Entry, SandboxFiles
-from orchestrator.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
-from orchestrator.e2b._tooling import ToolCallError
+from orchestrator.http.e2b._context import current_sandbox
+from orchestrator.http.e2b._envd import filesystem_pb as pb
+from orchestrator.http.e2b._errors import connect_error
+from orchestrator.http.e2b._files import Entry, SandboxFiles
+from orchestrator.http.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
+from orchestrator.http.e2b._tooling import ToolCallError
 
 __all__ = ["FilesystemService", "entry_type_name"]
 

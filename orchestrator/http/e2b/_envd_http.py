@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator.e2b._context import current_sandbox
-from orchestrator.e2b._errors import e2b_error, status_of
-from orchestrator.e2b._files import SandboxFiles
-from orchestrator.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
-from orchestrator.e2b._tooling import ToolCallError
 from orchestrator.http import MAX_BODY_BYTES
+from orchestrator.http.e2b._context import current_sandbox
+from orchestrator.http.e2b._errors import e2b_error, status_of
+from orchestrator.http.e2b._files import SandboxFiles
+from orchestrator.http.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
+from orchestrator.http.e2b._tooling import ToolCallError
 
 __all__ = ["MAX_UPLOAD_BYTES", "envd_http"]
 

@@ -12,9 +12,9 @@ import posixpath
 import shlex
 from typing import Any, Final
 
-from orchestrator.e2b._paths import WORKSPACE, to_e2b
-from orchestrator.e2b._sandboxes import E2bSandbox
-from orchestrator.e2b._tooling import ToolCallError, call
+from orchestrator.http.e2b._paths import WORKSPACE, to_e2b
+from orchestrator.http.e2b._sandboxes import E2bSandbox
+from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["Entry", "SandboxFiles"]
 

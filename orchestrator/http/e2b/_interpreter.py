@@ -24,11 +24,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from orchestrator.e2b._context import current_sandbox
-from orchestrator.e2b._errors import e2b_error, status_of
-from orchestrator.e2b._paths import WORKSPACE, OutsideHomeError, to_e2b, to_sandhold
-from orchestrator.e2b._sandboxes import E2bSandbox
-from orchestrator.e2b._tooling import ToolCallError, call
+from orchestrator.http.e2b._context import current_sandbox
+from orchestrator.http.e2b._errors import e2b_error, status_of
+from orchestrator.http.e2b._paths import WORKSPACE, OutsideHomeError, to_e2b, to_sandhold
+from orchestrator.http.e2b._sandboxes import E2bSandbox
+from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["Interpreter", "result_of"]
 

@@ -11,8 +11,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from starlette.responses import JSONResponse
 
-from orchestrator.e2b._tooling import ToolCallError
 from orchestrator.http import CONNECT_CODES, E2B_STATUS
+from orchestrator.http.e2b._tooling import ToolCallError
 
 __all__ = [
     "connect_error",

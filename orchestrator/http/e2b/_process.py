@@ -22,13 +22,13 @@ from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from protobuf import Oneof
 
-from orchestrator.e2b._context import current_sandbox
-from orchestrator.e2b._demux import Demux, new_marker, with_stderr_marked
-from orchestrator.e2b._envd import process_pb as pb
-from orchestrator.e2b._errors import connect_error
-from orchestrator.e2b._paths import OutsideHomeError, to_sandhold
-from orchestrator.e2b._sandboxes import Command, E2bSandbox
-from orchestrator.e2b._tooling import ToolCallError, call
+from orchestrator.http.e2b._context import current_sandbox
+from orchestrator.http.e2b._demux import Demux, new_marker, with_stderr_marked
+from orchestrator.http.e2b._envd import process_pb as pb
+from orchestrator.http.e2b._errors import connect_error
+from orchestrator.http.e2b._paths import OutsideHomeError, to_sandhold
+from orchestrator.http.e2b._sandboxes import Command, E2bSandbox
+from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["ProcessService"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextvars
 
-from orchestrator.e2b._sandboxes import E2bSandbox
+from orchestrator.http.e2b._sandboxes import E2bSandbox
 
 __all__ = ["current_sandbox", "sandbox_scope"]
 
