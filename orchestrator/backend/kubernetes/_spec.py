@@ -41,6 +41,7 @@ __all__ = [
     "pod_manifest",
     "pod_name",
     "refusals",
+    "seccomp_field",
     "watchdog_command",
 ]
 
@@ -71,6 +72,16 @@ TERMINATION_GRACE_S = 1
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
 # A Pod name is a DNS-1123 subdomain; ``sandhold-`` and a session id (hex) always is one.
 _POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def seccomp_field(settings: KubernetesSettings) -> dict[str, str]:
+    """The ``seccompProfile`` of a session Pod (and of the readiness probe's)."""
+    if settings.seccomp_profile == SECCOMP_RUNTIME_DEFAULT:
+        return {"type": SECCOMP_RUNTIME_DEFAULT}
+    return {
+        "type": "Localhost",
+        "localhostProfile": settings.seccomp_profile.removeprefix("localhost/"),
+    }
 
 
 def watchdog_command(grace_s: float) -> list[str]:
@@ -151,12 +162,7 @@ def pod_manifest(
     res = policy.resources
     memory = f"{res.memory_mb}Mi"
     cpu = f"{round(res.cpus * 1000)}m"
-    seccomp: dict[str, str] = {"type": SECCOMP_RUNTIME_DEFAULT}
-    if settings.seccomp_profile != SECCOMP_RUNTIME_DEFAULT:
-        seccomp = {
-            "type": "Localhost",
-            "localhostProfile": settings.seccomp_profile.removeprefix("localhost/"),
-        }
+    seccomp = seccomp_field(settings)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
