@@ -4,7 +4,9 @@ JSON-RPC message of its answer (progress notifications, then the result or error
 unchanged; sessions live in the server, so they outlive the stdio process. This is the set-up for
 clients that start a server per call (langchain-mcp-adapters' ``get_tools()``), so a process must
 cost little: standard library only, no MCP SDK, no event loop (issue 32: the SDK's import alone
-made a call cost ~0.7 s; bench/mcp_connect.py measures it).
+made a call cost ~0.7 s; bench/mcp_connect.py measures it). The connection, its waits and the
+event reader are ``orchestrator.client``'s, which every client of ``serve`` shares and which is
+standard library only too.
 
 Public API:
 
@@ -42,25 +44,21 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from orchestrator.errors import InvalidArgumentError
+from orchestrator.client import (
+    MAX_ANSWER_BYTES,
+    TASK_HEADER,
+    EventDecoder,
+    answer_timeout,
+    checked_url,
+    failure,
+    posted,
+)
 from orchestrator.mcp_server.handshake import EarlyAnswer, initialize_reply, server_version
 
 __all__ = ["Call", "RemoteSandhold", "mcp_endpoint", "serve_stdio_forwarding"]
 
-# Reaching the server and sending a request take at most this long on any network a person
-# would point this at; an answer may take as long as its cell (see ``answer_timeout``).
-CONNECT_TIMEOUT = 10.0
-# The longest silence to wait through for an answer: the default policy's longest command
-# (300 s) and a margin; a call that names a longer timeout_s gets that plus the margin.
-ANSWER_TIMEOUT = 330.0
-ANSWER_MARGIN = 30.0
-# A timeout_s beyond a day is refused by every policy; no wait is made longer than that.
-MAX_TIMEOUT_S = 86_400.0
-# The server caps a reply well below this (the policies' per-reply caps); refuse to hold more.
-MAX_EVENT_BYTES = 64 * 1024 * 1024
 # Stdin is read in chunks of this size; frames are split on newlines.
 STDIN_CHUNK_BYTES = 1 << 16
-TASK_HEADER = "X-Sandhold-Task"
 # The protocol version sent before a client has named one (any version the server speaks).
 DEFAULT_PROTOCOL_VERSION = "2025-06-18"
 INTERNAL_ERROR = -32603
@@ -69,24 +67,17 @@ PARSE_ERROR = -32700
 
 def mcp_endpoint(url: str) -> str:
     """The MCP endpoint of the server at ``url`` (``http(s)://host:port``, optionally ``/mcp``)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidArgumentError(f"--connect must be http(s)://host:port, got {url!r}")
+    parts = urllib.parse.urlsplit(checked_url(url, name="--connect"))
     path = parts.path.rstrip("/")
     if not path.endswith("/mcp"):
         path += "/mcp"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def answer_timeout(message: dict[str, Any]) -> float:
-    """How long to wait through silence for the answer to ``message``, a call that may itself
-    wait its ``timeout_s``."""
+def _arguments(message: dict[str, Any]) -> object:
+    """The tool arguments of a ``tools/call`` request (None for any other message)."""
     params = message.get("params")
-    arguments = params.get("arguments") if isinstance(params, dict) else None
-    given = arguments.get("timeout_s") if isinstance(arguments, dict) else None
-    if isinstance(given, int | float) and not isinstance(given, bool) and given > 0:
-        return max(ANSWER_TIMEOUT, min(float(given), MAX_TIMEOUT_S) + ANSWER_MARGIN)
-    return ANSWER_TIMEOUT
+    return params.get("arguments") if isinstance(params, dict) else None
 
 
 class RemoteSandhold:
@@ -95,10 +86,6 @@ class RemoteSandhold:
 
     def __init__(self, url: str, *, key: str, task: str | None = None) -> None:
         self.endpoint = mcp_endpoint(url)
-        parts = urllib.parse.urlsplit(self.endpoint)
-        self._https = parts.scheme == "https"
-        self._netloc = parts.netloc
-        self._path = parts.path
         self._headers = {
             "Authorization": f"Bearer {key}",
             "Content-Type": "application/json",
@@ -117,20 +104,13 @@ class RemoteSandhold:
         """POST one request; hand each JSON-RPC message of the answer to ``on_message``. Raises
         ``OSError`` (or ``http.client.HTTPException``) when the server cannot be reached or the
         answer breaks off, and when ``call`` was aborted."""
-        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        connection = kind(self._netloc, timeout=CONNECT_TIMEOUT)
-        try:
-            headers = {**self._headers, "MCP-Protocol-Version": self.protocol_version}
-            connection.request("POST", self._path, json.dumps(message).encode(), headers)
-            if call is not None:
-                call.attach(connection)
-            if connection.sock is not None:
-                connection.sock.settimeout(answer_timeout(message))
-            response = connection.getresponse()
+        headers = {**self._headers, "MCP-Protocol-Version": self.protocol_version}
+        body = json.dumps(message).encode()
+        timeout = answer_timeout(_arguments(message))
+        attach = call.attach if call is not None else None
+        with posted(self.endpoint, body, headers, timeout=timeout, on_connected=attach) as response:
             for answer in _messages(response):
                 on_message(answer)
-        finally:
-            connection.close()
 
     def cannot_reach(self, exc: BaseException) -> str:
         return f"cannot reach sandhold at {self.endpoint}: {exc or type(exc).__name__}"
@@ -168,10 +148,10 @@ def _messages(response: http.client.HTTPResponse) -> Iterator[Any]:
     """The JSON-RPC messages of an answer: one JSON body, or the ``data`` of each SSE event."""
     kind = response.getheader("Content-Type", "")
     if not kind.startswith("text/event-stream"):
-        body = response.read(MAX_EVENT_BYTES + 1)
+        body = response.read(MAX_ANSWER_BYTES + 1)
         if not body:
             return iter(())
-        if len(body) > MAX_EVENT_BYTES:
+        if len(body) > MAX_ANSWER_BYTES:
             raise http.client.HTTPException("answer too large")
         parsed = json.loads(body)
         return iter(parsed if isinstance(parsed, list) else [parsed])
@@ -179,21 +159,16 @@ def _messages(response: http.client.HTTPResponse) -> Iterator[Any]:
 
 
 def _events(response: http.client.HTTPResponse) -> Iterator[Any]:
-    data: list[bytes] = []
-    size = 0
-    while line := response.readline(MAX_EVENT_BYTES + 1):
-        line = line.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield json.loads(b"\n".join(data))
-            data, size = [], 0
-        elif line.startswith(b"data:"):
-            data.append(line[5:].removeprefix(b" "))
-            size += len(line)
-            if size > MAX_EVENT_BYTES:
-                raise http.client.HTTPException("event too large")
-    if data:
-        yield json.loads(b"\n".join(data))
+    """The decoded data of each event; a line or an event past the size cap, or data that is
+    not JSON, raises ``ValueError`` (the answer broke off, as far as the client is told)."""
+    decoder = EventDecoder()
+    while line := response.readline(MAX_ANSWER_BYTES + 1):
+        if len(line) > MAX_ANSWER_BYTES:
+            raise http.client.HTTPException("event too large")
+        if (event := decoder.feed(line.decode())) is not None:
+            yield json.loads(event.data)
+    if (event := decoder.end()) is not None:
+        yield json.loads(event.data)
 
 
 class _Front:
@@ -325,14 +300,7 @@ def _unavailable(message: dict[str, Any], reason: str) -> dict[str, Any]:
     params = message.get("params")
     if message.get("method") != "tools/call" or not isinstance(params, dict):
         return _error(message.get("id"), INTERNAL_ERROR, reason)
-    arguments = params.get("arguments")
-    operation = arguments.get("operation") if isinstance(arguments, dict) else None
-    structured = {
-        "success": False,
-        "operation": operation if isinstance(operation, str) else None,
-        "error_type": "backend_unavailable",
-        "error_message": reason,
-    }
+    structured = failure(_arguments(message), "backend_unavailable", reason)
     text = f"{params.get('name')}.{structured['operation']}: backend_unavailable\n"
     text += f"error_message: {reason}"
     result = {

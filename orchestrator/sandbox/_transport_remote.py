@@ -8,6 +8,8 @@ same contract as in-process. A cell whose output is watched goes to
 What the server answers is read as the tool contract; a server that cannot be reached answers
 ``backend_unavailable``, and an answer that is not the contract (not JSON, no ``result`` event)
 ``internal``, both as structured results, so the caller raises them like any other refusal.
+The waits, the address, those failures and the event reader are ``orchestrator.client``'s,
+shared with ``sandhold call`` and ``sandhold mcp --connect``.
 """
 
 from __future__ import annotations
@@ -15,72 +17,45 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from typing import Any, Final
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2
 
+from orchestrator.client import (
+    ANSWER_TIMEOUT,
+    CONNECT_TIMEOUT,
+    KEY_VARIABLE,
+    TASK_HEADER,
+    EventDecoder,
+    answer_timeout,
+    checked_url,
+    failure,
+    tool_result,
+    url_from_env,
+)
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.sandbox._transport import Listener
 
 __all__ = ["RemoteTransport", "remote_settings"]
 
-URL_VARIABLE: Final = "SANDHOLD_URL"
-# The CLI's name for the address before issue 32: read when SANDHOLD_URL is not set, with a
-# DeprecationWarning, so one name works everywhere (the CLI reads SANDHOLD_URL too).
-DEPRECATED_URL_VARIABLE: Final = "SANDHOLD_SERVER"
-KEY_VARIABLE: Final = "SANDHOLD_API_KEY"
-# Reaching a server and sending a request take at most this long on any network worth using.
-CONNECT_TIMEOUT: Final = 10.0
-# The longest silence to wait through for an answer: the default policy's longest command
-# (300 s) and a margin; a call naming a longer timeout_s gets that plus the margin.
-ANSWER_TIMEOUT: Final = 330.0
-ANSWER_MARGIN: Final = 30.0
-# No policy allows a timeout_s beyond a day; no wait is made longer than that.
-MAX_TIMEOUT_S: Final = 86_400.0
-
 
 def remote_settings(url: str | None, api_key: str | None) -> tuple[str, str] | None:
     """The server's address and key from the arguments or ``SANDHOLD_URL``/``SANDHOLD_API_KEY``;
     None when neither names a server (the sandbox is then local)."""
-    url = url or _url_from_env()
+    url = url or url_from_env(_deprecated)
     if not url:
         return None
     key = api_key or os.environ.get(KEY_VARIABLE)
     if not key:
         raise InvalidArgumentError(f"a remote sandbox needs an API key: api_key= or {KEY_VARIABLE}")
-    if not url.startswith(("http://", "https://")):
-        raise InvalidArgumentError(f"url must be http(s)://host:port, got {url!r}")
-    return url.rstrip("/"), key
+    return checked_url(url), key
 
 
-def _url_from_env() -> str | None:
-    if url := os.environ.get(URL_VARIABLE):
-        return url
-    if url := os.environ.get(DEPRECATED_URL_VARIABLE):
-        warnings.warn(
-            f"{DEPRECATED_URL_VARIABLE} is deprecated; set {URL_VARIABLE} instead",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        return url
-    return None
-
-
-def _answer_timeout(arguments: dict[str, Any]) -> float:
-    given = arguments.get("timeout_s")
-    if isinstance(given, int | float) and not isinstance(given, bool) and given > 0:
-        return max(ANSWER_TIMEOUT, min(float(given), MAX_TIMEOUT_S) + ANSWER_MARGIN)
-    return ANSWER_TIMEOUT
-
-
-def _failure(arguments: dict[str, Any], error_type: str, message: str) -> dict[str, Any]:
-    operation = arguments.get("operation")
-    return {
-        "success": False,
-        "operation": operation if isinstance(operation, str) else None,
-        "error_type": error_type,
-        "error_message": message,
-    }
+def _deprecated(message: str) -> None:
+    # Points at the caller of Sandbox.create/connect: this, url_from_env, remote_settings, the
+    # Sandbox API's method, its caller.
+    warnings.warn(message, DeprecationWarning, stacklevel=5)
 
 
 class RemoteTransport:
@@ -91,7 +66,7 @@ class RemoteTransport:
         self.url = url
         headers = {"Authorization": f"Bearer {api_key}"}
         if task:
-            headers["X-Sandhold-Task"] = task
+            headers[TASK_HEADER] = task
         timeout = httpx2.Timeout(CONNECT_TIMEOUT, read=ANSWER_TIMEOUT)
         self._http = httpx2.AsyncClient(base_url=url, headers=headers, timeout=timeout)
 
@@ -112,7 +87,7 @@ class RemoteTransport:
             return await self._posted(tool, arguments)
         except httpx2.TransportError as exc:
             reason = f"cannot reach sandhold at {self.url}: {exc or type(exc).__name__}"
-            return _failure(arguments, "backend_unavailable", reason)
+            return failure(arguments, "backend_unavailable", reason)
 
     async def _posted(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         response = await self._http.post(
@@ -146,11 +121,11 @@ class RemoteTransport:
                 listener = listeners.get(name)
                 if listener is not None and isinstance(data, dict):
                     listener(str(data.get("text", "")))
-        return _failure(arguments, "internal", "the event stream ended without a result")
+        return failure(arguments, "internal", "the event stream ended without a result")
 
     @staticmethod
     def _timeout(arguments: dict[str, Any]) -> httpx2.Timeout:
-        return httpx2.Timeout(CONNECT_TIMEOUT, read=_answer_timeout(arguments))
+        return httpx2.Timeout(CONNECT_TIMEOUT, read=answer_timeout(arguments))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -158,34 +133,28 @@ class RemoteTransport:
 
 def _structured(response: httpx2.Response, arguments: dict[str, Any]) -> dict[str, Any]:
     try:
-        structured = response.json()
+        structured = tool_result(response.json())
     except ValueError:
         structured = None
-    if isinstance(structured, dict) and "success" in structured:
+    if structured is not None:
         return structured
     reason = f"the server answered HTTP {response.status_code} without a tool result"
-    return _failure(arguments, "internal", reason)
+    return failure(arguments, "internal", reason)
 
 
-async def _events(response: httpx2.Response) -> Any:
-    """(event name, decoded data) of each server-sent event; comments are keep-alives."""
-    name: str | None = None
-    data: list[str] = []
+async def _events(response: httpx2.Response) -> AsyncIterator[tuple[str, Any]]:
+    """(event name, decoded data) of each server-sent event; data that is not JSON is not an
+    event of ours (skipped: the result still comes). An event past the size cap ends the
+    stream: the server never sends one, so no result follows."""
+    decoder = EventDecoder()
     async for line in response.aiter_lines():
-        if not line:
-            decoded: Any = _decoded(data) if name is not None else None
-            if name is not None and decoded is not None:
-                yield name, decoded
-            name, data = None, []
-        elif line.startswith("event:"):
-            name = line.removeprefix("event:").strip()
-        elif line.startswith("data:"):
-            data.append(line.removeprefix("data:").removeprefix(" "))
-
-
-def _decoded(data: list[str]) -> Any:
-    """An event's data; None for what is not an event of ours (skipped: the result still comes)."""
-    try:
-        return json.loads("\n".join(data)) if data else None
-    except ValueError:
-        return None
+        try:
+            event = decoder.feed(line)
+        except ValueError:
+            return
+        if event is None:
+            continue
+        try:
+            yield event.name, json.loads(event.data)
+        except ValueError:
+            continue
