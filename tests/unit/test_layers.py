@@ -21,6 +21,9 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_resources": set(),
     "worker": set(),
+    # The client side of ``sandhold serve`` (its waits, its address, blocking calls): standard
+    # library only, so ``sandhold mcp --connect`` starts fast; the remote Sandbox API uses it.
+    "client": FOUNDATION,
     "policy": FOUNDATION,
     "backend": FOUNDATION | {"policy"},
     "images": FOUNDATION | {"backend"},
@@ -32,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "_api": FOUNDATION | {"policy", "backend", "session", "_core", "tools", "audit"},
     "sync": FOUNDATION | {"_api", "_core", "tools"},
     # The typed sandbox API: a client of the tool layer, in-process (``call()``) or remote.
-    "sandbox": FOUNDATION | {"_api", "sync", "tools"},
+    "sandbox": FOUNDATION | {"_api", "sync", "tools", "client"},
     "policy_ci": FOUNDATION | {"policy", "session", "_core", "tools", "_api", "worker"},
     # The reference pages' generator reads the tool layer (and the models its results come
     # from), the policy model and the HTTP front's statuses; nothing imports it.
@@ -142,6 +145,21 @@ def test_the_worker_imports_only_the_standard_library_psutil_and_itself() -> Non
         for imported in _imports(path):
             top = imported.split(".")[0]
             if top not in sys.stdlib_module_names | WORKER_THIRD_PARTY | {"__future__"}:
+                wrong.append(f"{name} -> {imported}")
+    assert wrong == []
+
+
+def test_the_client_imports_only_the_standard_library_the_errors_and_itself() -> None:
+    """``sandhold mcp --connect`` starts through ``orchestrator.client`` on every call of a client
+    that spawns a server per call: nothing heavier may come in with it."""
+    wrong = []
+    for name, path in _modules():
+        if not name.startswith("orchestrator.client"):
+            continue
+        for imported in _imports(path):
+            if imported.startswith(("orchestrator.client", "orchestrator.errors")):
+                continue
+            if imported.split(".")[0] not in sys.stdlib_module_names | {"__future__"}:
                 wrong.append(f"{name} -> {imported}")
     assert wrong == []
 
