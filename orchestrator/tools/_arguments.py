@@ -15,20 +15,37 @@ A value equals a default only with the same type: ``1`` is not ``True`` and ``5.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import pydantic
 
 from orchestrator.errors import InvalidArgumentError
 
-if TYPE_CHECKING:
-    from orchestrator.tools._base import Operation, Tool, ToolArgs
+
+# What is read here of a tool and its operation (``tools._base``, which calls this module):
+# protocols, so this module needs nothing of it.
+class Tool(Protocol):
+    @property
+    def unset_values(self) -> Mapping[str, tuple[Any, ...]]: ...
+
+
+class Operation(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def args(self) -> type[pydantic.BaseModel]: ...
+    @property
+    def map_fields(self) -> frozenset[str]: ...
+
 
 # pydantic's own reading of a few problems is enough; more would only repeat the first.
 MAX_PROBLEMS = 5
 
 
-def read_arguments(tool: Tool, operation: Operation, arguments: dict[str, Any]) -> ToolArgs:
+def read_arguments(
+    tool: Tool, operation: Operation, arguments: dict[str, Any]
+) -> pydantic.BaseModel:
     fields = operation.args.model_fields
     given: dict[str, Any] = {}
     for key, value in arguments.items():

@@ -30,10 +30,22 @@ gets the result whole, as a dict.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from orchestrator.tools._base import Operation
+from pydantic import BaseModel
+
+
+class Operation(Protocol):
+    """What the schemas read of an operation (``tools._base.Operation``, which builds its tool's
+    schemas from here: a protocol, so this module needs nothing of it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def args(self) -> type[BaseModel]: ...
+
 
 NULL = {"type": "null"}
 # A str-to-str map as strict schemas can say it, in the fewest bytes: ["NAME=value", ...].
