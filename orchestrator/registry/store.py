@@ -457,6 +457,17 @@ class Registry:
                 (command.pid + 1, sandbox_id),
             )
 
+    def remove_e2b_commands(self, sandbox_id: str, pids: list[int] | None = None) -> None:
+        """The sandbox's command rows of ``pids`` (None: all); its next pid stays."""
+        with self._transaction() as db:
+            if pids is None:
+                db.execute("DELETE FROM e2b_commands WHERE sandbox_id = ?", (sandbox_id,))
+            else:
+                db.executemany(
+                    "DELETE FROM e2b_commands WHERE sandbox_id = ? AND pid = ?",
+                    [(sandbox_id, pid) for pid in pids],
+                )
+
     def remove_e2b(self, sandbox_id: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM e2b_sandboxes WHERE sandbox_id = ?", (sandbox_id,))
