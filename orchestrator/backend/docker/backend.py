@@ -328,8 +328,17 @@ class DockerBackend:
         )
 
     async def pause(self, container_id: str) -> None:
-        """Freeze every process of the container (cgroup freezer)."""
-        await self.client.call(lambda sdk: sdk.api.pause(container_id))
+        """Freeze every process of the container (cgroup freezer). A freeze the runtime gave up
+        on (``unable to freeze``: a process would not stop in time, seen on a loaded host) is
+        thawed back by runc, so the container runs on: ``backend_unavailable``, try again."""
+        try:
+            await self.client.call(lambda sdk: sdk.api.pause(container_id))
+        except BackendError as exc:
+            if type(exc) is not BackendError or "unable to freeze" not in str(exc):
+                raise
+            raise BackendUnavailableError(
+                f"the engine could not freeze the container, which runs on; try again ({exc})"
+            ) from exc
 
     async def unpause(self, container_id: str) -> None:
         await self.client.call(lambda sdk: sdk.api.unpause(container_id))
