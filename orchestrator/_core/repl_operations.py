@@ -24,10 +24,9 @@ from orchestrator.policy.arguments import (
     check_code,
     check_max_tokens,
     check_policy_name,
-    check_timeout,
     check_variable,
 )
-from orchestrator.policy.env import check_env
+from orchestrator.session.repl.cell_policy import check_cell
 from orchestrator.session.repl.contexts import (
     DEFAULT_CONTEXT,
     ContextInfo,
@@ -68,23 +67,24 @@ class PythonReplManager(SessionManager):
         session_env: Any = None,
     ) -> ExecuteResult:
         """Run ``code`` in the session (a new one without ``session_id``); ``env`` holds
-        environment variables for this cell only."""
+        environment variables for this cell only. The cell's policy checks are its Repl's
+        (``cell_policy``), made here too before a session is made or a turn waited for."""
         check_code(code)
         if session_id is None:  # refused before a session is made for it
-            chosen = self.policy(check_policy_name(policy))
-            check_timeout(timeout_s, chosen)
-            check_env(env, chosen)
+            check_cell(self.policy(check_policy_name(policy)), code, timeout_s, env)
         session, created = await self.open_session(
             session_id, policy=policy, tenant=tenant, session_env=session_env
         )
-        timeout = check_timeout(timeout_s, session.policy)
-        cell_env = check_env(env, session.policy)
+        cell = session.repl.check(code, timeout_s, env)
         call = current_call()
         async with self._turn(session, "python_repl.execute"):
             interrupts = session.repl.interrupts
             try:
                 outcome = await session.repl.execute(
-                    code, timeout=timeout, env=cell_env, on_output=call.on_output if call else None
+                    code,
+                    timeout=cell.timeout,
+                    env=cell.env,
+                    on_output=call.on_output if call else None,
                 )
             except anyio.get_cancelled_exc_class():
                 # The caller went (a cancel, a dropped connection): the cell was stopped with its
@@ -211,8 +211,7 @@ class PythonReplManager(SessionManager):
         name (``bash``) is that language's own context, made on first use."""
         check_code(code)
         session = await self.session(session_id, tenant=tenant)
-        timeout = check_timeout(timeout_s, session.policy)
-        cell_env = check_env(env, session.policy)
+        cell = check_cell(session.policy, code, timeout_s, env)  # before waiting for the turn
         call = current_call()
         async with self._turn(session, "python_repl.execute"):
             if (language := language_named(context)) is not None:
@@ -220,7 +219,10 @@ class PythonReplManager(SessionManager):
             else:
                 chosen = session.contexts.get(context)
             outcome = await chosen.repl.execute(
-                code, timeout=timeout, env=cell_env, on_output=call.on_output if call else None
+                code,
+                timeout=cell.timeout,
+                env=cell.env,
+                on_output=call.on_output if call else None,
             )
         if chosen.repl.container_stopped:
             await self.lose_session(session, f"its container stopped: {outcome.error_message}")

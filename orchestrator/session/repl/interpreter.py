@@ -35,6 +35,7 @@ from orchestrator.errors import (
     ProcessCrashedError,
 )
 from orchestrator.policy.model import Policy
+from orchestrator.session.repl.cell_policy import CellRequest, check_cell
 from orchestrator.session.repl.protocol import (
     ExecuteReply,
     InspectReply,
@@ -252,25 +253,34 @@ class Repl:
         with contextlib.suppress(BackendError):
             await kill_pid(self._backend, self._container_id, pid)
 
+    def check(self, code: Any, timeout: Any = None, env: Any = None) -> CellRequest:
+        """The cell as this REPL's policy allows it (``cell_policy``), or the refusal."""
+        return check_cell(self._policy, code, timeout, env)
+
     async def execute(
         self,
-        code: str,
+        code: Any,
         *,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
+        timeout: Any = None,
+        env: Any = None,
         on_output: OutputListener | None = None,
     ) -> ExecuteOutcome:
-        """Run ``code``; ``env`` is set for this cell only; with ``on_output``, its output also
-        goes there as it comes (bounded by the stream caps: no more than the reply holds)."""
+        """Run ``code`` for at most ``timeout`` seconds (None: the policy's ``command_s``; past
+        its ``max_command_s``: ``invalid_argument``); ``env`` is set for this cell only, within
+        the policy's env rules; with ``on_output``, its output also goes there as it comes
+        (bounded by the stream caps: no more than the reply holds)."""
+        request = self.check(code, timeout, env)
         limit = self._policy.python.max_code_bytes
-        if len(code.encode("utf-8", "surrogatepass")) > limit:
+        if len(request.code.encode("utf-8", "surrogatepass")) > limit:
             return _validation_failure(f"code is longer than the policy's {limit} bytes")
         worker = await self._ensure_worker()
         if time.monotonic() - worker.answered_at >= self._probe_after:
             worker = await self._alive(worker)
         cell = self._cell = _Cell(worker, time.monotonic())
         try:
-            return await self._execute(code, cell, timeout=timeout, env=env, on_output=on_output)
+            return await self._execute(
+                request.code, cell, timeout=request.timeout, env=request.env, on_output=on_output
+            )
         finally:
             self._cell = None
             cell.done.set()
