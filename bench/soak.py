@@ -100,12 +100,14 @@ class Soak:
     image: str
     keys: dict[str, str]
     orchestrator_id: str
+    extra_labels: str = ""
     server: Server | None = None
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     windows: list[tuple[str, float, float]] = field(default_factory=list)
     lost: list[tuple[float, str]] = field(default_factory=list)
     resets: list[tuple[float, bool]] = field(default_factory=list)
+    reset_answers: list[dict[str, Any]] = field(default_factory=list)
     internal: list[dict[str, Any]] = field(default_factory=list)
     sessions: set[str] = field(default_factory=set)
     rss: list[tuple[int, int | None, int | None]] = field(default_factory=list)
@@ -124,6 +126,7 @@ class Soak:
             "SANDHOLD_EGRESS_NETWORK": UPSTREAM_NETWORK,
             "SANDHOLD_EGRESS_SUBNETS": EGRESS_SUBNETS,
             "SANDHOLD_POOL": "0",
+            **({"SANDHOLD_EXTRA_LABELS": self.extra_labels} if self.extra_labels else {}),
         }
 
     def start_server(self) -> None:
@@ -169,6 +172,16 @@ class Soak:
             self.internal.append(answer)
         if not self.fault_active and outcome == "ok":
             self.latencies[f"{interface}.{op}"].append(took)
+
+    def reset(self, call: Any, sid: str, answer: dict[str, Any], *, reported: bool) -> None:
+        """A session whose counter was not what its calls made it."""
+        at = time.time()
+        self.resets.append((at, reported))
+        self.reset_answers.append({
+            "at": round(at, 1), "interface": call.__name__.strip("_"), "session": sid,
+            "reported": reported, "error_type": answer.get("error_type"),
+            "result_repr": answer.get("result_repr"), "state_reset": answer.get("state_reset"),
+        })  # fmt: skip
 
     def in_window(self, at: float, kinds: tuple[str, ...]) -> bool:
         return any(k in kinds and start <= at <= end + SETTLE_S for k, start, end in self.windows)
@@ -235,6 +248,8 @@ async def _e2b_round(soak: Soak, key: str) -> None:
                     sandbox = made.json()["sandboxID"]
                     gone = await http.delete(f"/sandboxes/{sandbox}", headers=headers)
                     outcome = {"success": gone.status_code in (200, 204)}
+                    if not outcome["success"]:
+                        outcome["error_type"] = f"http_{gone.status_code}"
                 else:
                     outcome = {"success": False, "error_type": f"http_{made.status_code}"}
     except (httpx.HTTPError, TimeoutError, ValueError, KeyError):
@@ -246,6 +261,9 @@ async def _worker(soak: Soak, tenant: str, key: str, deadline: float, rng: rando
     """One session at a time with a counter in it; every answer about it checked."""
     sid: str | None = None
     expected = 0
+    # The counter is gone (a reported reset) until a call sets it again: a NameError before
+    # then is the soak's own doing, not a reset.
+    unset = False
     while time.monotonic() < deadline:
         if soak.server is None:
             await anyio.sleep(0.5)
@@ -254,10 +272,17 @@ async def _worker(soak: Soak, tenant: str, key: str, deadline: float, rng: rando
         if sid is None:
             made = await call(soak, key, "python_repl", {"operation": "execute", "code": "n = 0"})
             if made and made.get("success"):
-                sid, expected = made["session_id"], 0
+                sid, expected, unset = made["session_id"], 0, False
                 soak.sessions.add(sid)
             else:
                 await anyio.sleep(1.0)
+            continue
+        if unset:
+            args = {"operation": "execute", "session_id": sid, "code": "n = 0"}
+            answer = await call(soak, key, "python_repl", args)
+            if answer and answer.get("success"):
+                expected, unset = 0, False
+            sid = _after(soak, sid, answer)
             continue
         roll = rng.random()
         if roll < 0.5:
@@ -266,20 +291,16 @@ async def _worker(soak: Soak, tenant: str, key: str, deadline: float, rng: rando
             if answer and answer.get("success"):
                 got = int(answer["result_repr"])
                 if got not in (expected + 1, expected + 2):  # +2: an unanswered call ran
-                    soak.resets.append((time.time(), bool(answer.get("state_reset"))))
+                    soak.reset(call, sid, answer, reported=bool(answer.get("state_reset")))
                 expected = got
             elif answer and answer.get("error_type") == "NameError":
                 # n is gone: the answer itself must say the state was reset (a worker killed
                 # while idle is found by this call, which runs in a fresh one).
-                soak.resets.append((time.time(), answer.get("state_reset") is True))
-                await call(soak, key, "python_repl", {"operation": "execute", "session_id": sid,
-                                                       "code": "n = 0"})  # fmt: skip
-                expected = 0
+                soak.reset(call, sid, answer, reported=answer.get("state_reset") is True)
+                unset = True
             elif answer and answer.get("error_type") == "process_crashed":
-                soak.resets.append((time.time(), True))
-                await call(soak, key, "python_repl", {"operation": "execute", "session_id": sid,
-                                                       "code": "n = 0"})  # fmt: skip
-                expected = 0
+                soak.reset(call, sid, answer, reported=True)
+                unset = True
             sid = _after(soak, sid, answer)
         elif roll < 0.65:
             shell = {"operation": "run", "session_id": sid, "command": "echo hi"}
@@ -394,33 +415,56 @@ def _leftovers(soak: Soak) -> dict[str, int]:
     return {"containers": len(containers), "networks": len(networks), "registry_rows": rows}
 
 
+async def run_soak(
+    engine: PrivateEngine,
+    image: str,
+    root: Path,
+    *,
+    minutes: float,
+    tenants: int = 3,
+    workers: int = 2,
+    seed: int | None = None,
+    extra_labels: str = "",
+) -> dict[str, Any]:
+    """One soak of ``minutes`` against ``engine`` (up, ``image`` loaded in it), its data under
+    ``root``: the report, ``passed`` among it. ``extra_labels`` (``k=v,...``) go on everything
+    serve makes."""
+    seed = random.randrange(2**32) if seed is None else seed
+    rng = random.Random(seed)
+    keys = {f"tenant-{n}": new_key() for n in range(tenants)}
+    (root / "tenants.toml").write_text("".join(
+        f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{hash_key(key)}"\n\n'
+        for name, key in keys.items()
+    ))  # fmt: skip
+    soak = Soak(engine, root, image, keys, f"soak-{secrets.token_hex(4)}", extra_labels)
+    soak.start_server()
+    try:
+        deadline = time.monotonic() + minutes * 60
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_faults, soak, deadline, rng)
+            tg.start_soon(_measure_rss, soak, deadline)
+            for tenant, key in keys.items():
+                for _ in range(workers):
+                    worker_rng = random.Random(rng.random())
+                    tg.start_soon(_worker, soak, tenant, key, deadline, worker_rng)
+    finally:
+        soak.stop_server()
+    return {"seed": seed, "minutes": minutes, **_report(soak, _leftovers(soak))}
+
+
 async def run(args: argparse.Namespace) -> int:
-    rng = random.Random(args.seed)
     client = DockerClient()
     try:
         image = (await ensure_worker_image(client)).tag
     finally:
         await client.aclose()
     root = Path(tempfile.mkdtemp(prefix="sandhold-soak-"))
-    keys = {f"tenant-{n}": new_key() for n in range(args.tenants)}
-    (root / "tenants.toml").write_text("".join(
-        f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{hash_key(key)}"\n\n'
-        for name, key in keys.items()
-    ))  # fmt: skip
     with PrivateEngine() as engine:
         engine.load_image(image)
-        soak = Soak(engine, root, image, keys, f"soak-{secrets.token_hex(4)}")
-        soak.start_server()
-        deadline = time.monotonic() + args.minutes * 60
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_faults, soak, deadline, rng)
-            tg.start_soon(_measure_rss, soak, deadline)
-            for tenant, key in keys.items():
-                for _ in range(args.workers):
-                    worker_rng = random.Random(rng.random())
-                    tg.start_soon(_worker, soak, tenant, key, deadline, worker_rng)
-        soak.stop_server()
-        report = _report(soak, _leftovers(soak))
+        report = await run_soak(
+            engine, image, root, minutes=args.minutes, tenants=args.tenants,
+            workers=args.workers, seed=args.seed,
+        )  # fmt: skip
     print(json.dumps(report, indent=2))
     return 0 if report["passed"] else 1
 
@@ -447,8 +491,10 @@ def _report(soak: Soak, leftovers: dict[str, int]) -> dict[str, Any]:
             op: _percentiles(samples) for op, samples in sorted(soak.latencies.items())
         },
         "faults": [{"kind": k, "start": s, "seconds": round(e - s, 1)} for k, s, e in soak.windows],
+        "internal": soak.internal[:10],
         "sessions_lost": len(soak.lost),
         "state_resets": len(soak.resets),
+        "resets": soak.reset_answers[:20],
         "leftovers": leftovers,
         "serve_rss_mb": [
             {"pid": pid, "start": _mb(start), "end": _mb(end)} for pid, start, end in soak.rss
