@@ -5,10 +5,12 @@ The node side is the short driver below, written to the kernel's own folder at s
 cells as JSON lines on fd 3 (so a cell reading stdin never sees them), runs each with ``vm`` in
 one context that lives as long as the kernel (top-level bindings of one script are seen by the
 next, as in a browser's console), awaits a cell's promise, and after it prints the marker:
-a random token, then the outcome as JSON (the value's ``util.inspect``, or the error's name,
-message and stack). A cell with a top-level ``await`` that does not compile as a script runs in
-an async function: its bindings stay its own there, and ``return`` gives its value. A cell's
-env is in ``process.env`` for that cell only.
+a random token, then the outcome as JSON (the value's ``util.inspect``, a string's text for its
+bundle, or the error's name, message and stack). A cell with a top-level ``await`` that does
+not compile as a script runs in an async function (a top-level ``const``/``let`` becoming a
+global), its last expression the value. A static ``import`` line becomes the ``require`` it
+stands for (a cell is a script, not a module), so ``import { readFileSync } from 'fs'`` works
+in a cell. A cell's env is in ``process.env`` for that cell only.
 
 SIGINT (the host's timeout) goes to node, whose driver ends the running cell at once with a
 ``KeyboardInterrupt`` (the state kept; a promise the cell left pending runs on); a cell busy in
@@ -58,8 +60,31 @@ let finish = null;
 process.on('SIGINT', () => {
   if (finish) finish({ error: INTERRUPTED, interrupted: true });
 });
-async function evaluate(code) {
-  const options = { filename: 'cell.js' };
+// A cell as the script node runs (the TypeScript kernel puts its compiler here).
+let transform = (code) => withRequires(code);
+const FILENAME = process.argv[2] || 'cell.js';
+// A static `import` at the start of a line, as the `require` a script can run (a cell is a
+// script, not a module): default, namespace, named (with `as`) and bare imports.
+const IMPORT = new RegExp('^([ \\t]*)import\\s+(?:([\\w$]+)\\s*,?\\s*)?' +
+  '(?:\\*\\s+as\\s+([\\w$]+)|\\{([^}]*)\\})?\\s*(?:from\\s*)?' +
+  '([\'"][^\'"\\n]+[\'"])[ \\t]*;?', 'gm');
+function withRequires(code) {
+  return code.replace(IMPORT, (whole, indent, name, space, names, from) => {
+    const parts = [];
+    const source = 'require(' + from + ')';
+    if (name) parts.push(`${name} = ((m) => m && m.__esModule ? m.default : m)(${source})`);
+    if (space) parts.push(`${space} = ${source}`);
+    if (names !== undefined) {
+      const fields = names.split(',').map((n) => n.trim()).filter(Boolean)
+        .map((n) => n.replace(/\s+as\s+/, ': '));
+      parts.push(`{ ${fields.join(', ')} } = ${source}`);
+    }
+    return indent + (parts.length ? 'var ' + parts.join(', ') + ';' : source + ';');
+  });
+}
+async function evaluate(source) {
+  const options = { filename: FILENAME };
+  const code = transform(source);
   let value;
   try {
     value = vm.runInContext(code, context, options);
@@ -110,7 +135,8 @@ async function runCell(request) {
   const outcome = await new Promise((resolve) => {
     finish = resolve;
     evaluate(request.code).then(
-      (value) => resolve(value === undefined ? {} : { value: util.inspect(value) }),
+      (value) => resolve(value === undefined ? {} : typeof value === 'string'
+        ? { value: util.inspect(value), text: value } : { value: util.inspect(value) }),
       (error) => resolve({ error: describe(error) }));
   });
   finish = null;
@@ -138,12 +164,16 @@ def _die_with_parent() -> None:
 
 
 class NodeAdapter:
+    # The TypeScript kernel's driver is this one with its compiler in front of each cell.
+    DRIVER = DRIVER
+    FILENAME = "cell.js"
+
     def __init__(self, config: WorkerConfig) -> None:
         self._limit = config.max_stream_bytes
         self._dir = tempfile.mkdtemp(prefix="sandhold-node-")
         driver = os.path.join(self._dir, "driver.js")
         with open(driver, "w", encoding="utf-8") as file:
-            file.write(DRIVER)
+            file.write(self.DRIVER)
         self._token = secrets.token_hex(16).encode()
         cells_out, self._cells = os.pipe()
 
@@ -152,7 +182,7 @@ class NodeAdapter:
             _die_with_parent()
 
         self._process = subprocess.Popen(
-            [NODE, driver],
+            [NODE, driver, self.FILENAME],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -161,10 +191,13 @@ class NodeAdapter:
             preexec_fn=in_child,
         )
         os.close(cells_out)
-        found = subprocess.run([NODE, "--version"], capture_output=True, text=True, check=False)
-        self.version = "node " + found.stdout.strip()[:48]
+        self.version = self._version()
         self._running = False
         self._env: dict[str, str] = {}
+
+    def _version(self) -> str:
+        found = subprocess.run([NODE, "--version"], capture_output=True, text=True, check=False)
+        return "node " + found.stdout.strip()[:48]
 
     def alive(self) -> bool:
         return self._process.poll() is None
@@ -242,8 +275,12 @@ def _reply(trailer: bytes | None) -> "dict[str, Any]":
         }
     value = outcome.get("value") if isinstance(outcome, dict) else None
     if isinstance(value, str):
+        # A string's bundle is its text, as notebooks' JavaScript kernels show it; its repr
+        # is quoted, as util.inspect (and Python's repr) has it.
+        text = outcome.get("text")
         reply["result_repr"] = value
-        reply["results"] = [{"text/plain": value, "is_main_result": True}]
+        shown = text if isinstance(text, str) else value
+        reply["results"] = [{"text/plain": shown, "is_main_result": True}]
     return reply
 
 

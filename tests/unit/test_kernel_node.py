@@ -112,3 +112,14 @@ def test_a_cell_reads_no_request_after_it(kernel: Kernel) -> None:
     read = kernel.execute("require('fs').readFileSync(0, 'utf8').length")
     assert read["result_repr"] == "0"
     assert kernel.execute("1 + 1")["result_repr"] == "2"
+
+
+def test_import_lines_run_as_requires_and_a_string_is_shown_as_its_text(kernel: Kernel) -> None:
+    imported = kernel.execute(
+        "  import { readFileSync as read } from 'fs'\n  import * as path from 'path'\n"
+        "  import os from 'os'\n  typeof read + path.sep + typeof os.cpus"
+    )
+    assert imported["success"] and imported["result_repr"] == "'function/function'", imported
+    assert imported["results"] == [{"text/plain": "function/function", "is_main_result": True}]
+    assert kernel.execute("typeof read")["result_repr"] == "'function'"
+    assert kernel.execute("await Promise.resolve('done')")["results"][0]["text/plain"] == "done"
