@@ -92,9 +92,10 @@ async def add_sessions(
 
 
 async def reaper_round(orch: Orchestrator) -> None:
-    """What one round of ``_reap_rounds`` does after its sleep."""
+    """What one round of the reaper (``Reaper.round``) does after its sleep, less its egress
+    reads and snapshot sweep."""
     for session in list(orch._sessions.values()):
-        await orch._reap_one(session)
+        await orch.reaper.reap_one(session)
     await orch.reconcile()
 
 

@@ -16,6 +16,7 @@ from orchestrator._core.metrics import call_outcome_label
 from orchestrator._core.owners import check_task, task_scope
 from orchestrator._core.repl_operations import ExecuteResult, PythonReplManager
 from orchestrator.audit.records import call_outcome
+from orchestrator.backend.base import Backend
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.tools import TOOLS, ToolResult, call_tool
 
@@ -34,8 +35,11 @@ def _session_argument(arguments: Any) -> str | None:
 class Orchestrator(PythonReplManager):
     """Sessions, and the tools over them: ``await orch.call("python_repl", {...})``."""
 
-    def _tool_operations(self) -> dict[str, list[str]]:
-        return {name: list(tool.operations) for name, tool in TOOLS.items()}
+    def __init__(
+        self, config: OrchestratorConfig | None = None, *, backend: Backend | None = None
+    ) -> None:
+        super().__init__(config, backend=backend)
+        self.metrics.name_operations({name: tool.operations for name, tool in TOOLS.items()})
 
     async def call(
         self,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import anyio.abc
 
+from orchestrator._core.session_table import restore_settings
 from orchestrator.backend.base import Backend, ContainerSummary, ExecSpec
 from orchestrator.errors import BackendError
 from orchestrator.policy.model import Policy
@@ -54,6 +55,7 @@ async def adopt_session(
         on_new_worker=on_new_worker,
     )
     session.task = record.task
+    restore_settings(session, record.settings)
     try:
         await session.repl.start()
         await session.set_env(record.env)

@@ -10,6 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from orchestrator._core.owners import may_see
 from orchestrator.session.session import Session
 
 # Forget ended sessions after this many, oldest first: enough to answer a late call truthfully.
@@ -27,11 +28,30 @@ def expiry_reason(session: Session, now: float | None = None) -> str | None:
     timeouts = session.policy.timeouts
     if now - session.started >= timeouts.max_lifetime_s:
         return f"maximum lifetime ({timeouts.max_lifetime_s:g} s) reached"
-    if session.ends_at is not None and now >= session.ends_at:
+    ended = session.ends_at is not None and now >= session.ends_at
+    if ended and session.lifetime_end_action == "end":
         return "maximum lifetime reached (the end set_timeout gave it)"
-    if timeouts.idle_action == "destroy" and is_idle(session, now):
+    idle = timeouts.idle_action == "destroy" and is_idle(session, now)
+    if idle and not waits_for_resume(session):
         return f"idle for {timeouts.idle_s:g} s"
     return None
+
+
+def lifetime_pause_due(session: Session, now: float | None = None) -> bool:
+    """Whether the end ``set_timeout`` gave ``session`` has come and pauses it (its end action
+    is ``pause``); its policy's maximum lifetime still ends it (``expiry_reason``)."""
+    now = time.monotonic() if now is None else now
+    return (
+        session.lifetime_end_action == "pause"
+        and session.ends_at is not None
+        and now >= session.ends_at
+    )
+
+
+def waits_for_resume(session: Session) -> bool:
+    """A paused session whose end action is ``pause`` waits for its resume, as E2B's paused
+    sandboxes do: idleness does not end it, only its policy's maximum lifetime."""
+    return session.paused and session.lifetime_end_action == "pause"
 
 
 def should_pause(session: Session, now: float | None = None) -> bool:
@@ -45,6 +65,18 @@ def should_pause(session: Session, now: float | None = None) -> bool:
 
 def is_idle(session: Session, now: float) -> bool:
     return not session.busy and now - session.last_active >= session.policy.timeouts.idle_s
+
+
+def room_victim(
+    sessions: Iterable[Session], *, starting: int, max_sessions: int, tenant: str, task: str | None
+) -> Session | None:
+    """At ``max_sessions`` (held and ``starting``), the caller's session a create ends to make
+    room: its least recently active idle one (seed 000's rule), never another owner's; None
+    when there is room, or nothing of its own to end (the create is then refused)."""
+    held = list(sessions)
+    if len(held) + starting < max_sessions:
+        return None
+    return eviction_candidate(s for s in held if s.tenant == tenant and may_see(s.task, task))
 
 
 def eviction_candidate(sessions: Iterable[Session]) -> Session | None:

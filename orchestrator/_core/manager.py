@@ -1,5 +1,7 @@
-"""The session manager: sessions, who owns them, their pools, the reaper and the reconcile (the
-python_repl operations on its sessions are ``repl_operations``', a subclass of it).
+"""The session manager: sessions, who owns them, their pools; its parts are objects given what
+they need: the reaper (``reaper``), pausing (``pausing``), the sessions' networks (``networking``),
+the reconcile (``reconciler``), snapshots (``snapshots``). The python_repl operations on its
+sessions are ``repl_operations``', a subclass of it.
 
 Invariants: a session id is visible only to its owner (``owners``), and an unknown id and another
 owner's id raise the same ``SessionNotFoundError``; a session is created whole (container and
@@ -15,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -23,57 +25,44 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
-from orchestrator._core.call_context import current_call
+from orchestrator._core.catalogs import Catalogs
 from orchestrator._core.config import OrchestratorConfig as OrchestratorConfig  # re-exported
-from orchestrator._core.egress_round import EgressAccounting
 from orchestrator._core.engines import image_source, open_backend
-from orchestrator._core.lifecycle import (
-    eviction_candidate,
-    expiry_reason,
-    reap_interval,
-    should_pause,
-)
-from orchestrator._core.limits import MAX_POOL_SIZE
-from orchestrator._core.metrics import (
-    Metrics,
-    SessionView,
-    ending_kind,
-)
-from orchestrator._core.owners import SHARE_ACTIONS, check_task, current_task, may_see
-from orchestrator._core.pool import WarmPool
-from orchestrator._core.quotas import Admission, check_policy_allowed, per_session_cap
+from orchestrator._core.lifecycle import room_victim
+from orchestrator._core.metrics import Metrics, SessionView, ending_kind
+from orchestrator._core.networking import Networking
+from orchestrator._core.owner_control import OwnerControl
+from orchestrator._core.owners import current_task
+from orchestrator._core.pausing import Pausing
+from orchestrator._core.quotas import Admission, apply_tenant_caps, check_policy_allowed
 from orchestrator._core.readiness import OK, UNCHECKED, readiness
+from orchestrator._core.reaper import Reaper
 from orchestrator._core.reconciler import Reconciler
+from orchestrator._core.registry_open import open_registry
+from orchestrator._core.session_builder import SessionBuilder
 from orchestrator._core.session_control import check_metadata, session_metrics, set_lifetime
 from orchestrator._core.session_table import SessionTable
 from orchestrator._core.snapshots import Snapshots
 from orchestrator._core.tenants import TenantConfig
-from orchestrator._core.usage import UsageSampler, session_row, session_state
+from orchestrator._core.usage import UsageSampler, listing_row, session_row, session_state
+from orchestrator._core.warm_pools import WarmPools
 from orchestrator.audit._log import AuditLog
-from orchestrator.backend.base import Backend, ContainerSpec
+from orchestrator.backend.base import Backend
 from orchestrator.errors import (
     BackendError,
-    BackendUnavailableError,
-    BusyError,
-    ContainerNotFoundError,
     InvalidArgumentError,
     OrchestratorError,
     PolicyViolationError,
     SessionNotFoundError,
 )
-from orchestrator.images.templates import BASE, TemplateCatalog, load_catalog
-from orchestrator.policy.arguments import (
-    check_policy_name,
-    check_session_id,
-)
+from orchestrator.images.templates import BASE, TemplateCatalog
+from orchestrator.policy.arguments import check_policy_name, check_session_id
 from orchestrator.policy.catalog import PolicyCatalog
-from orchestrator.policy.egress import capped_allowlist, narrowed_allowlist
 from orchestrator.policy.env import check_env
 from orchestrator.policy.model import Policy
-from orchestrator.registry.claim import Abandoned, claim, reap_abandoned, remove_files
 from orchestrator.registry.reconcile import ReconcileReport
 from orchestrator.registry.store import Registry
-from orchestrator.session.session import Session, new_session_id
+from orchestrator.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +82,16 @@ class SessionManager:
         # caller's, who may share it.
         self._owns_backend = backend is None
         self.backend = backend or open_backend(self.config.backend)
-        self._images = image_source(self.backend, self.config, self.templates)
-        self._image = self.config.image
-        # Templates by name (read on first use, again on reload) and the image of each that is
-        # known (configured, found current or built); a lock each, so one build serves all.
-        self._catalog: TemplateCatalog | None = None
-        self._template_images: dict[str, str] = dict(self.config.template_images)
-        self._template_locks: dict[str, anyio.Lock] = {}
-        self._registry = Registry(self.config.registry_path)
-        self._table = SessionTable(self._registry)
-        self.metrics = Metrics(
-            sessions=self._session_views,
-            pools=self.pool_status,
-            operations=self._tool_operations(),
+        self._catalogs = Catalogs(
+            policy_dirs=self.config.policy_dirs,
+            default_policy=self.config.default_policy,
+            template_dirs=lambda: self.config.user_template_dirs(),
+            required=lambda: self._pools.names(),
         )
+        self._images = image_source(self.backend, self.config, self.templates)
+        # Its registry (``store``): opened or claimed by start (``registry_open``).
+        self._table = SessionTable(Registry(self.config.registry_path))
+        self.metrics = Metrics(sessions=self._session_views, pools=self.pool_status)
         self._reconciler = Reconciler(
             self.backend,
             self._table,
@@ -118,26 +103,55 @@ class SessionManager:
         self.orchestrator_id = self.config.orchestrator_id or ""
         # Creations in flight, counted against every limit.
         self._admission = Admission(self.config.max_sessions)
-        # Session ids whose container exists or is being made but which are in no table yet.
-        self._building: set[str] = set()
-        self._policies: PolicyCatalog | None = None
-        self._pools: dict[str, WarmPool] = {}
+        self._pools = WarmPools(
+            self.backend, self.metrics, idle_timeout=self.config.pool_idle_timeout
+        )
         self._audit: AuditLog | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
-        # Made in start(): a cancel scope belongs to an event loop, and this may run outside one.
-        self._reaper: anyio.CancelScope | None = None
         self.last_reconcile = ReconcileReport()
-        self.egress = EgressAccounting(self.backend, self.metrics, self.tenant_config)
+        self._network = Networking(self.backend, self.metrics, self.tenant_config)
+        self.egress = self._network.accounting
+        self._pausing = Pausing(self.backend)
+        self._owners = OwnerControl(
+            self._table,
+            self._admission,
+            end_session=self.end_session,
+            close_timeout=SHUTDOWN_TIMEOUT,
+        )
+        self._builder = SessionBuilder(
+            self.backend,
+            images=self._images,
+            templates=self.templates,
+            table=self._table,
+            network=self._network,
+            pools=self._pools,
+            orchestrator_id=lambda: self.orchestrator_id,
+            task_group=lambda: self._task_group,
+            tenant_caps=self._apply_tenant_caps,
+            base_image=self.config.image,
+            template_images=self.config.template_images,
+            extra_labels=self.config.extra_labels,
+        )
         self._usage = UsageSampler(
             self.backend, lambda: {s.id: s.container_id for s in self._sessions.values()}
         )
         self.snapshots = Snapshots(
             self.backend,
-            registry=lambda: self._registry,
+            registry=lambda: self._table.store,
             tenant_config=self.tenant_config,
             orchestrator_id=lambda: self.orchestrator_id,
             extra_labels=self.config.extra_labels,
+        )
+        self.reaper = Reaper(
+            sessions=lambda: list(self._sessions.values()),
+            default_idle_s=lambda: self.policy(None).timeouts.idle_s,
+            max_interval=self.config.reap_interval,
+            end_session=self.end_session,
+            pausing=self._pausing,
+            egress=self.egress,
+            snapshots=self.snapshots,
+            reconcile=self.reconcile,
         )
 
     async def __aenter__(self) -> Self:
@@ -156,6 +170,10 @@ class SessionManager:
     def _sessions(self) -> dict[str, Session]:
         return self._table.sessions
 
+    @property
+    def _registry(self) -> Registry:  # opened, or claimed with a registry_dir, by start()
+        return self._table.store
+
     async def start(self) -> None:
         """Check the engine, open the registry, load the default policy, make sure the image
         exists, open the task group that owns every session's background tasks, and reconcile:
@@ -163,62 +181,33 @@ class SessionManager:
 
         Call ``start`` and ``aclose`` from the same task (``async with`` does)."""
         await self.backend.ping()
-        self._policies = await anyio.to_thread.run_sync(self._load_policies, self.templates())
-        abandoned = self._open_registry()
-        self.orchestrator_id = self._registry.orchestrator_id(
+        await self._catalogs.load()
+        self._table.store, abandoned = open_registry(
+            self._table.store, self.config, self._exit_stack
+        )
+        self.orchestrator_id = self._table.store.orchestrator_id(
             self.config.orchestrator_id, f"sandhold-{secrets.token_hex(6)}"
         )
         if self.config.audit_dir is not None:
             self._audit = await AuditLog.open(self.config.audit_dir, self.config.audit)
-        if self._image is None:
-            self._image = await self._images.image_for(BASE)
+        if self._builder.base_image is None:
+            self._builder.base_image = await self._images.image_for(BASE)
         self._task_group = await self._exit_stack.enter_async_context(anyio.create_task_group())
         self.last_reconcile = await self.reconcile(adopt=True)
-        for dead in abandoned:
-            reaped = await reap_abandoned(self.backend, dead)
-            self.metrics.reaped.labels("abandoned_orchestrator").inc(len(reaped))
-            self.last_reconcile.reaped.extend(reaped)
+        self.last_reconcile.reaped += await self._reconciler.reap_abandoned(abandoned)
         if self.last_reconcile.adopted or self.last_reconcile.reaped:
             log.info("reconciled: %s", self.last_reconcile.summary())
         with contextlib.suppress(BackendError):  # an engine that lists no images: next round
             await self.snapshots.sweep()
-        self._reaper = anyio.CancelScope()
-        self._task_group.start_soon(self._reap_forever, self._reaper)
+        self.reaper.start(self._task_group)
         for name, size in self.config.pool.items():
             await self.set_pool_size(name, size)
-
-    def _open_registry(self) -> list[Abandoned]:
-        """Open the registry (the one file, or a claimed one of ``registry_dir``) and close it
-        last; returns the dead orchestrators' registries to reap."""
-        directory = self.config.registry_dir
-        if directory is None:
-            self._registry.open()
-            self._exit_stack.callback(self._registry.close)
-            return []
-        self._registry, abandoned = claim(
-            directory, wanted_id=self.config.orchestrator_id, adopt=self.config.adopt_dead
-        )
-        self._table.store = self._registry
-        self._exit_stack.callback(self._release_claimed_registry)
-        for dead in abandoned:  # reaped and closed by start(); closed here if start() fails first
-            self._exit_stack.callback(dead.registry.close)
-        return abandoned
-
-    def _release_claimed_registry(self) -> None:
-        """A claimed registry that keeps no session is deleted with its lock, so the directory
-        holds only live orchestrators and those that left sessions to re-adopt or reap."""
-        path, keeps = self._registry.path, bool(self._registry.sessions())
-        self._registry.close()
-        if path is not None and not keeps:
-            remove_files(path)
 
     async def aclose(self) -> None:
         keep = self.config.on_shutdown == "persist"
         # First the reaper: its reconcile would take sessions being let go for orphans.
-        if self._reaper is not None:
-            self._reaper.cancel()
-        for pool in self._pools.values():
-            pool.resize(0)
+        self.reaper.cancel()
+        self._pools.drain()
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
             sessions = list(self._sessions.values())
             async with anyio.create_task_group() as tg:
@@ -232,15 +221,10 @@ class SessionManager:
             self._task_group.cancel_scope.cancel()
             self._task_group = None
         self._pools.clear()
-        # The images of deleted snapshots that the sessions just ended still used go now; a
-        # registry in memory or claimed goes with its process, and so do its snapshots. (A
-        # start that failed has no reaper, and maybe no registry: nothing to sweep.)
+        # A start that failed has no reaper, and maybe no registry: nothing to sweep.
         with anyio.CancelScope(shield=True), contextlib.suppress(OrchestratorError):
-            if self._reaper is not None and not keep:
-                if self.config.registry_path is None:
-                    await self.snapshots.discard_all()
-                else:
-                    await self.snapshots.sweep()
+            if self.reaper.started and not keep:
+                await self.snapshots.at_shutdown(in_memory=self.config.registry_path is None)
         if self._audit is not None:
             await self._audit.aclose()
             self._audit = None
@@ -262,45 +246,25 @@ class SessionManager:
         """The loaded policy of that name (None: the default). Every interface and operation
         resolves a caller's policy here, and nothing here touches the filesystem
         (``PolicyCatalog.get``)."""
-        return self.policy_catalog().get(name)
+        return self._catalogs.policy(name)
 
     def policy_catalog(self) -> PolicyCatalog:
         """The policies loaded at start or at the last reload (loaded here when neither ran)."""
-        if self._policies is None:
-            self._policies = self._load_policies(self.templates())
-        return self._policies
-
-    def _load_policies(self, catalog: TemplateCatalog) -> PolicyCatalog:
-        loaded = PolicyCatalog.load(
-            self.config.policy_dirs, default=self.config.default_policy, templates=catalog.names()
-        )
-        loaded.require(set(self._pools))
-        return loaded
+        return self._catalogs.policies()
 
     def templates(self) -> TemplateCatalog:
         """The image templates: shipped, and those of the template directories."""
-        if self._catalog is None:
-            self._catalog = load_catalog(self.config.user_template_dirs())
-        return self._catalog
-
-    def _tool_operations(self) -> dict[str, list[str]]:
-        """The tools and operations the call metrics count by name (the manager knows no tool;
-        ``Orchestrator`` names them); anything else counts as ``unknown``."""
-        return {}
+        return self._catalogs.templates()
 
     def _session_views(self) -> list[SessionView]:
         return [
-            SessionView(
-                state=session_state(s),
-                tenant=s.tenant,
-                policy=s.policy.name,
-            )
-            for s in self._sessions.values()
+            SessionView(session_state(s), s.tenant, s.policy.name) for s in self._sessions.values()
         ]
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
         """Whether a session can be made now, and each check's answer (``readiness``)."""
-        checks = await readiness(self.backend, self._images, self._image, self._registry)
+        base_image = self._builder.base_image
+        checks = await readiness(self.backend, self._images, base_image, self._table.store)
         return all(answer in (OK, UNCHECKED) for answer in checks.values()), checks
 
     async def reload(self, *, tenants: Mapping[str, TenantConfig] | None = None) -> None:
@@ -309,17 +273,12 @@ class SessionManager:
         keep the policy they were made with; pools of a changed policy refill under the new
         one. ``tenants`` replaces the tenants' allowed policies and quotas (their sessions
         stay)."""
-        catalog = await anyio.to_thread.run_sync(load_catalog, self.config.user_template_dirs())
-        policies = await anyio.to_thread.run_sync(self._load_policies, catalog)
-        self._policies = policies
+        policies = await self._catalogs.reload()
         # A template file may have changed: its image is looked up again on next use.
-        self._catalog = catalog
-        self._template_images = dict(self.config.template_images)
+        self._builder.forget_images()
         if tenants is not None:
             self.config = dataclasses.replace(self.config, tenants=tenants)
-        for name, pool in self._pools.items():
-            if policies.get(name) != pool.policy:
-                pool.use_policy(policies.get(name))
+        self._pools.use_policies(policies)
 
     def tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)
@@ -362,12 +321,20 @@ class SessionManager:
         self._admission.check_owner(
             list(self._sessions.values()), tenant=tenant, task=task, policy=effective, limits=limits
         )
-        await self._make_room(tenant, task)
+        victim = room_victim(
+            self._sessions.values(),
+            starting=len(self._admission),
+            max_sessions=self.config.max_sessions,
+            tenant=tenant,
+            task=task,
+        )
+        if victim is not None:
+            await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
         token = self._admission.reserve(
             self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
         )
         try:
-            session = await self._build_session(
+            session = await self._builder.build(
                 tenant, effective, session_env, image=image, prepare=unpack
             )
         finally:
@@ -377,6 +344,7 @@ class SessionManager:
             await self.end_session(session, "its owner was closed while it was created")
             raise SessionNotFoundError(f"task {task} was closed")
         session.metadata = labels
+        self._table.save_settings(session)  # metadata in the registry: a restart keeps it
         return session
 
     def _check_open(self, tenant: str, task: str | None) -> None:
@@ -384,145 +352,6 @@ class SessionManager:
             raise PolicyViolationError(
                 f"task {task} was closed (close_owner); use another task", rule="closed_owner"
             )
-
-    async def _make_room(self, tenant: str, task: str | None) -> None:
-        """At ``max_sessions``, end the caller's least recently active idle session (seed
-        000's rule), never another owner's: without one of its own, the create is refused."""
-        if len(self._sessions) + len(self._admission) < self.config.max_sessions:
-            return
-        own = [s for s in self._sessions.values() if s.tenant == tenant and may_see(s.task, task)]
-        victim = eviction_candidate(own)
-        if victim is not None:
-            await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
-
-    async def _build_session(
-        self,
-        tenant: str,
-        policy: Policy,
-        env: Mapping[str, str],
-        *,
-        image: str | None = None,
-        prepare: Callable[[Session], Awaitable[None]] | None = None,
-    ) -> Session:
-        pool = None if image is not None else self._pools.get(policy.name)
-        warm = pool.take_nowait() if pool is not None and pool.policy == policy else None
-        if pool is not None:
-            self.metrics.pool_takes.labels(policy.name, "miss" if warm is None else "hit").inc()
-        if warm is not None:
-            warm.tenant = tenant
-            warm.touch()
-            session = warm
-        else:
-            session = await self._new_session(tenant, policy, image=image, prepare=prepare)
-        # Counted as in flight until it is in the table: taken from the pool or just made, it
-        # is in neither, and a reconcile meanwhile would take its container for an orphan.
-        self._building.add(session.id)
-        try:
-            return await self._hand_out(session, tenant, env)
-        finally:
-            self._building.discard(session.id)
-
-    async def _hand_out(self, session: Session, tenant: str, env: Mapping[str, str]) -> Session:
-        # One path for warm and cold: the env and the tenant's egress cap are given once the
-        # session exists, before any of the caller's code runs in it.
-        try:
-            await session.set_env(env)
-            await self._cap_egress(session, tenant)
-            await self.egress.admit(session)  # a tenant over its egress quota: refused at once
-        except BaseException:
-            await session.aclose(self.backend)  # shielded: not in the table, nothing else would
-            raise
-        session.task = current_task()
-        self._apply_tenant_caps(session)
-        try:
-            self._table.add(session)
-        except BaseException:  # its row refused (a full disk): the container must not stay
-            await session.aclose(self.backend)
-            raise
-        return session
-
-    async def _cap_egress(self, session: Session, tenant: str) -> None:
-        limits = self.tenant_config(tenant)
-        cap = capped_allowlist(
-            session.policy.network, limits.egress_allow if limits is not None else None
-        )
-        if cap is not None:
-            await self.backend.set_egress_allow(session.container_id, cap)
-
-    async def _new_session(
-        self,
-        tenant: str,
-        policy: Policy,
-        *,
-        preload: bool = False,
-        image: str | None = None,
-        prepare: Callable[[Session], Awaitable[None]] | None = None,
-    ) -> Session:
-        """A session built cold: its container created and started (from ``image``, else its
-        policy's; then ``prepare``d, while a reconcile still counts it as being built), its
-        worker ready (with ``preload``, its template's modules imported: a warm pool's
-        sessions)."""
-        task_group = self._task_group
-        if self._image is None or task_group is None:
-            raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
-        image = image or await self._image_for(policy)
-        session_id = new_session_id()
-        spec = ContainerSpec(
-            image=image,
-            policy=policy,
-            session_id=session_id,
-            tenant=tenant,
-            orchestrator_id=self.orchestrator_id,
-            extra_labels=self.config.extra_labels,
-        )
-        self._building.add(session_id)
-        try:
-            container_id = await self.backend.create_container(spec)
-            session = Session.assemble(
-                self.backend,
-                session_id=session_id,
-                tenant=tenant,
-                policy=policy,
-                container_id=container_id,
-                on_new_worker=lambda pid: self._registry.set_worker_pid(session_id, pid),
-            )
-            try:
-                if prepare is not None:
-                    await prepare(session)
-                await session.repl.start()
-                if preload:
-                    await self._preload(session)
-                await task_group.start(session.terminals.serve)
-            except BaseException:
-                await session.aclose(self.backend)  # shielded: the container never outlives this
-                raise
-        finally:
-            self._building.discard(session_id)
-        return session
-
-    async def _image_for(self, policy: Policy) -> str:
-        """The image of the policy's template: the worker image for ``base``; for another, the
-        configured one, else the current one, built on first use (Docker) with its progress in
-        the log; one build at a time per template, whoever else waits for it."""
-        name = policy.image.template
-        if name == BASE:
-            assert self._image is not None
-            return self._image
-        if name not in self._template_images:
-            lock = self._template_locks.setdefault(name, anyio.Lock())
-            async with lock:
-                if name not in self._template_images:
-                    tag = await self._images.image_for(name)
-                    self._template_images[name] = tag
-        return self._template_images[name]
-
-    async def _preload(self, session: Session) -> None:
-        modules = self.templates().get(session.policy.image.template).preload
-        if not modules:
-            return
-        answer = await session.repl.preload(modules)
-        if answer.skipped:
-            log.info("pooled session %s did not preload: %s", session.id, "; ".join(answer.skipped))
 
     # -- reconcile ------------------------------------------------------------------------
 
@@ -535,45 +364,24 @@ class SessionManager:
 
     def _in_flight(self) -> set[str]:
         """Containers (pooled) and session ids (being built) that are in no table yet."""
-        pooled = {c for pool in self._pools.values() for c in pool.container_ids()}
-        return pooled | self._building
+        return self._pools.container_ids() | self._builder.building
 
     def _apply_tenant_caps(self, session: Session) -> None:
-        limits = self.tenant_config(session.tenant)
-        session.terminals.tenant_cap = per_session_cap(limits, "terminals_per_session")
-        session.processes.tenant_cap = per_session_cap(limits, "processes_per_session")
+        apply_tenant_caps(session, self.tenant_config(session.tenant))
 
     # -- warm pools -----------------------------------------------------------------------
 
     async def set_pool_size(self, policy: str, size: int) -> None:
         """Keep ``size`` ready sessions of ``policy`` (0 drains and stops the pool)."""
-        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL_SIZE:
-            raise InvalidArgumentError(f"pool size must be an integer in [0, {MAX_POOL_SIZE}]")
-        effective = self.policy(check_policy_name(policy))
-        pool = self._pools.get(effective.name)
-        if pool is not None:
-            pool.resize(size)
-            return
-        if size == 0:
-            return
-        if self._task_group is None:
-            raise RuntimeError("start() the orchestrator (or use it as `async with`) first")
-        pool = WarmPool(
-            effective,
+        await self._pools.set_size(
+            self.policy(check_policy_name(policy)),
             size,
-            build=lambda policy: self._new_session(POOL_TENANT, policy, preload=True),
-            discard=self._discard_pooled,
-            idle_timeout=self.config.pool_idle_timeout,
+            build=lambda policy: self._builder.cold(POOL_TENANT, policy, preload=True),
+            task_group=self._task_group,
         )
-        self._pools[effective.name] = pool
-        await self._task_group.start(pool.run)
 
     def pool_status(self) -> dict[str, dict[str, int]]:
-        return {name: {"size": p.size, "ready": p.ready} for name, p in self._pools.items()}
-
-    async def _discard_pooled(self, session: Session, reason: str) -> None:
-        log.info("pooled session %s removed: %s", session.id, reason)
-        await session.aclose(self.backend)
+        return self._pools.status()
 
     # -- finding sessions -----------------------------------------------------------------
 
@@ -581,7 +389,7 @@ class SessionManager:
         """The caller's session, ready for work (resumed if it was paused)."""
         session = self.find_session(session_id, tenant=tenant)
         if session.paused:
-            await self._thaw(session)
+            await self._pausing.thaw(session)
         return session
 
     def find_session(self, session_id: Any, *, tenant: str | None = None) -> Session:
@@ -619,22 +427,11 @@ class SessionManager:
         session = self._table.holder(kind, item_id, tenant or self.config.tenant, action)
         session.touch()
         if session.paused:
-            await self._thaw(session)
+            await self._pausing.thaw(session)
         return session
 
     def list_sessions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
-        return [
-            {
-                "session_id": s.id,
-                "policy": s.policy.name,
-                "task": s.task,
-                "created_at": s.created_at.isoformat(),
-                "idle_seconds": round(s.idle_seconds, 3),
-                "commands_count": s.history.count,
-                "metadata": dict(s.metadata),
-            }
-            for s in self._table.visible(tenant or self.config.tenant)
-        ]
+        return [listing_row(s) for s in self._table.visible(tenant or self.config.tenant)]
 
     def session_overview(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
         """The caller's sessions for the operations page, with CPU and memory as last sampled
@@ -660,108 +457,54 @@ class SessionManager:
     ) -> list[str]:
         """Grant ``actions`` on one of the calling task's terminals to another task of the same
         tenant. Only the terminal's owner task shares; a grantee cannot pass it on."""
-        tenant = tenant or self.config.tenant
-        grantee = check_task(task, "task")
-        owner = current_task()
-        if owner is None or grantee is None:
-            raise InvalidArgumentError("share is made by a task, to another task")
-        if grantee == owner:
-            raise InvalidArgumentError("task must be another task than the caller's")
-        if not isinstance(actions, list) or not actions or not set(actions) <= SHARE_ACTIONS:
-            raise InvalidArgumentError(
-                f"actions must be a non-empty list of {sorted(SHARE_ACTIONS)}"
-            )
-        session = self._table.holder("terminal", terminal_id, tenant, action=None)
-        assert isinstance(terminal_id, str)
-        self._table.grants.grant(tenant, grantee, terminal_id, frozenset(actions))
-        log.info(
-            "%s/%s shared %s of session %s with %s", tenant, owner, actions, session.id, grantee
-        )
-        return sorted(actions)
+        return self._owners.share(terminal_id, task, actions, tenant or self.config.tenant)
 
     async def close_owner(self, task: Any, *, tenant: str | None = None) -> dict[str, Any]:
-        """End everything a task owns and seal it: its grants go, calls in flight for it fail
-        at their next check, and no new session is made for it. Reports whether it converged
-        (every session of the task ended within the shutdown bound)."""
-        tenant = tenant or self.config.tenant
-        closing = check_task(task, "task")
-        caller = current_task()
-        if closing is None:
-            raise InvalidArgumentError("task is required")
-        if caller is not None and caller != closing:
-            raise SessionNotFoundError(f"task not found: {closing}")
-        self._table.grants.seal(tenant, closing)
-        ended = 0
-        with anyio.move_on_after(SHUTDOWN_TIMEOUT):
-            for session in self._table.owned_by(tenant, closing):
-                await self.end_session(session, f"its owner task {closing} was closed")
-                ended += 1
-        left = len(self._table.owned_by(tenant, closing))
-        starting = self._admission.starting(tenant, closing)
-        return {"task": closing, "sessions_ended": ended, "converged": left == 0 and not starting}
+        """End everything a task owns and seal it (``owner_control``)."""
+        return await self._owners.close(task, tenant or self.config.tenant)
 
-    # -- egress ---------------------------------------------------------------------------
+    # -- networks (``networking``) --------------------------------------------------------
 
     async def network_log(
         self, session_id: Any, *, tenant: str | None = None
     ) -> list[dict[str, Any]]:
         """The session's egress attempts, oldest first; empty when its policy has no network."""
-        session = self.find_session(session_id, tenant=tenant)
-        if session.policy.network.mode == "none":
-            return []
-        return await self.backend.network_log(session.container_id)
+        return await self._network.log(self.find_session(session_id, tenant=tenant))
 
     async def set_allowlist(
         self, session_id: Any, allow: Any, *, tenant: str | None = None
     ) -> list[str]:
-        """Replace the session's egress allowlist for new connections, within its policy's and
-        its tenant's cap (``policy.egress``); the rules now in force."""
-        session = self.find_session(session_id, tenant=tenant)
-        if not isinstance(allow, list):
-            raise InvalidArgumentError("allow must be a list of rules")
-        limits = self.tenant_config(session.tenant)
-        cap = limits.egress_allow if limits is not None else None
-        rules = narrowed_allowlist(session.policy.network, allow, cap)
-        await self.backend.set_egress_allow(session.container_id, rules)
-        log.info("session %s: egress allowlist now %s", session.id, rules)
-        return rules
+        """Replace the session's egress allowlist for new connections (``networking``)."""
+        return await self._network.set_allowlist(
+            self.find_session(session_id, tenant=tenant), allow
+        )
 
     async def network_denied_since(
         self, session_id: str, since: float, *, tenant: str | None = None
     ) -> list[dict[str, Any]]:
-        """``{host, port, rule}`` of each egress attempt refused since ``since`` (wall clock,
-        which the proxy's container shares), for a call's result; empty without a network or
-        when the session has ended meanwhile. The attempts since then, allowed or not, and
-        their bytes are tallied on the current call (``CallContext.egress``) for its audit
-        record."""
-        try:
+        """The egress attempts refused since ``since``, for a call's result; empty once the
+        session has ended (``Networking.denied_since``)."""
+        with contextlib.suppress(OrchestratorError):
             session = self.find_session(session_id, tenant=tenant)
-        except OrchestratorError:
-            return []
-        if session.policy.network.mode == "none" or session.closed:
-            return []
-        try:
-            entries = await self.backend.network_log(session.container_id)
-        except OrchestratorError as exc:
-            log.warning("session %s: its egress log could not be read: %s", session.id, exc)
-            return []
-        recent = [e for e in entries if e["time"] >= since]
-        denied = [e for e in recent if e["decision"] == "deny"]
-        if recent and (call := current_call()) is not None:
-            call.egress.update(
-                attempts=len(recent),
-                denied=len(denied),
-                bytes_sent=sum(e["bytes_sent"] for e in recent),
-                bytes_received=sum(e["bytes_received"] for e in recent),
-            )
-        return [{"host": e["host"], "port": e["port"], "rule": e["rule"]} for e in denied]
+            return await self._network.denied_since(session, since)
+        return []
 
     async def set_timeout(
-        self, session_id: Any, timeout_s: Any, *, tenant: str | None = None
+        self,
+        session_id: Any,
+        timeout_s: Any,
+        *,
+        tenant: str | None = None,
+        end_action: Any = None,
     ) -> dict[str, Any]:
         """End the caller's session ``timeout_s`` from now, within its policy's maximum
-        lifetime (``session_control``); a paused session stays paused."""
-        return set_lifetime(self.find_session(session_id, tenant=tenant), timeout_s)
+        lifetime (``session_control``); a paused session stays paused. ``end_action``
+        ``"pause"`` pauses it at that end instead, until a call or a resume thaws it with a
+        fresh ``timeout_s``; None keeps the session's end action (``"end"`` at first)."""
+        session = self.find_session(session_id, tenant=tenant)
+        ends = set_lifetime(session, timeout_s, end_action=end_action)
+        self._table.save_settings(session)  # the end in the registry: a restart keeps it
+        return ends
 
     async def session_metrics(
         self, session_id: Any, *, tenant: str | None = None
@@ -795,36 +538,16 @@ class SessionManager:
     ) -> dict[str, Any]:
         return await self.snapshots.delete(snapshot_id, tenant or self.config.tenant)
 
-    # -- pause and resume -----------------------------------------------------------------
+    # -- pause and resume (``pausing``) ---------------------------------------------------
 
     async def pause(self, session_id: Any, *, tenant: str | None = None) -> bool:
         """Freeze the session's container (cgroup freezer); False if it was already paused.
         A session in the middle of a call is ``busy``: freezing it would stall that call."""
-        session = self.find_session(session_id, tenant=tenant)
-        async with session.state_lock:
-            if session.paused:
-                return False
-            if session.busy:
-                raise BusyError(f"session {session.id} is in the middle of a call")
-            await self.backend.pause(session.container_id)
-            session.paused = True
-        log.info("session %s paused", session.id)
-        return True
-
-    async def _pause_if_idle(self, session: Session) -> None:
-        """The reaper's pause: idleness is judged again under the lock, so a call that has just
-        thawed the session is never frozen in its stride."""
-        async with session.state_lock:
-            if session.paused or not should_pause(session):
-                return
-            await self.backend.pause(session.container_id)
-            session.paused = True
-        log.info("session %s paused: idle", session.id)
+        return await self._pausing.pause(self.find_session(session_id, tenant=tenant))
 
     async def resume(self, session_id: Any, *, tenant: str | None = None) -> bool:
         """Thaw a paused session; False if it was running. Any call on it does this too."""
-        session = self.find_session(session_id, tenant=tenant)
-        return await self._thaw(session)
+        return await self._pausing.thaw(self.find_session(session_id, tenant=tenant))
 
     @contextlib.asynccontextmanager
     async def _turn(self, session: Session, call: str = "a call") -> AsyncIterator[None]:
@@ -837,28 +560,8 @@ class SessionManager:
                 # Ended while this call waited for its turn (the reaper, a destroy): say why.
                 raise self._table.not_found(session.id, session.tenant)
             if session.paused:
-                await self._thaw(session)
+                await self._pausing.thaw(session)
             yield
-
-    async def _thaw(self, session: Session) -> bool:
-        async with session.state_lock:
-            if not session.paused:
-                return False
-            try:
-                await self.backend.unpause(session.container_id)
-            except (BackendUnavailableError, ContainerNotFoundError):
-                raise
-            except BackendError as exc:
-                # The engine says it is not paused: an engine restart stopped it (or someone
-                # thawed it from outside). A stopped one is lost, which the caller is told.
-                state = await self.backend.container_state(session.container_id)
-                if not state.running:
-                    raise ContainerNotFoundError(
-                        f"its container stopped while paused: {exc}"
-                    ) from exc
-            session.paused = False
-        session.touch()
-        return True
 
     # -- ending sessions ------------------------------------------------------------------
 
@@ -894,45 +597,3 @@ class SessionManager:
         report = await self.reconcile()
         if report.forgotten or report.reaped:
             log.info("reconciled: %s", report.summary())
-
-    async def _reap_forever(self, scope: anyio.CancelScope) -> None:
-        """Until ``scope`` is cancelled: end sessions past their idle timeout (unless they still
-        have work running) or maximum lifetime, pause idle ones whose policy says so, and
-        reconcile the engine's containers with the sessions we hold."""
-        with scope:
-            await self._reap_rounds()
-
-    async def _reap_rounds(self) -> None:
-        while True:
-            interval = reap_interval(self._sessions.values(), self.policy(None).timeouts.idle_s)
-            await anyio.sleep(min(interval, self.config.reap_interval))
-            for session in list(self._sessions.values()):
-                with contextlib.suppress(BackendError):
-                    await self._reap_one(session)
-            await self.egress.round(list(self._sessions.values()))
-            await self.snapshots.sweep_if_due()
-            try:
-                report = await self.reconcile()
-            except BackendError as exc:
-                log.warning("reconcile skipped: %s", exc)
-            else:
-                if report.reaped or report.forgotten:
-                    log.info("reconciled: %s", report.summary())
-
-    async def _reap_one(self, session: Session) -> None:
-        reason = expiry_reason(session)
-        idle_reason = reason is not None and reason.startswith("idle")
-        if (idle_reason or should_pause(session)) and await self._has_running_work(session):
-            session.touch()  # a server or a long job at work: not idle, whatever the clock says
-            log.info("session %s not idle: it has running processes or listening ports", session.id)
-            return
-        if reason is not None:
-            await self.end_session(session, reason)
-        elif should_pause(session):
-            await self._pause_if_idle(session)
-
-    async def _has_running_work(self, session: Session) -> bool:
-        if not session.policy.timeouts.idle_counts_processes or session.paused:
-            return False
-        listed = await session.processes.list()
-        return bool(listed.listening) or any(p.state == "running" for p in listed.processes)

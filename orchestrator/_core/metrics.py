@@ -187,6 +187,11 @@ class Metrics:
         self._call_children: dict[tuple[str, str, str], Callable[[], None]] = {}
         self._duration_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
+    def name_operations(self, operations: Mapping[str, Iterable[str]]) -> None:
+        """The tools and operations calls are counted by (the core knows no tool: ``Orchestrator``
+        names them); any other counts as ``unknown``."""
+        self._operations = {tool: frozenset(ops) for tool, ops in operations.items()}
+
     def call_labels(self, tool: object, operation: object) -> tuple[str, str]:
         """The tool and operation as label values: their names, or ``unknown``."""
         tool_label = tool if isinstance(tool, str) and tool in self._operations else UNKNOWN

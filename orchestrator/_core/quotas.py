@@ -77,6 +77,12 @@ def per_session_cap(tenant: TenantConfig | None, quota: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def apply_tenant_caps(session: Session, tenant: TenantConfig | None) -> None:
+    """The tenant's per-session caps on the session's terminals and background processes."""
+    session.terminals.tenant_cap = per_session_cap(tenant, "terminals_per_session")
+    session.processes.tenant_cap = per_session_cap(tenant, "processes_per_session")
+
+
 @dataclass
 class Admission:
     """Places held by creations in flight, so every limit counts them: the orchestrator's

@@ -21,7 +21,7 @@ from orchestrator._core.metrics import Metrics
 from orchestrator._core.session_table import SessionTable
 from orchestrator.backend.base import LABEL_ORCHESTRATOR, LABEL_SESSION, Backend, ContainerSummary
 from orchestrator.errors import OrchestratorError
-from orchestrator.registry.claim import remove_legacy_containers
+from orchestrator.registry.claim import Abandoned, reap_abandoned, remove_legacy_containers
 from orchestrator.registry.reconcile import ReconcileReport, plan
 from orchestrator.registry.store import SessionRecord
 from orchestrator.session.session import Session
@@ -106,6 +106,16 @@ class Reconciler:
             self._metrics.reaped.labels("legacy_labels").inc(len(legacy))
             report.reaped += legacy
         return report
+
+    async def reap_abandoned(self, abandoned: list[Abandoned]) -> list[str]:
+        """Remove every container of the dead orchestrators whose registries this one claimed
+        (``registry.claim``), then their registries; the container ids removed."""
+        removed: list[str] = []
+        for dead in abandoned:
+            reaped = await reap_abandoned(self._backend, dead)
+            self._metrics.reaped.labels("abandoned_orchestrator").inc(len(reaped))
+            removed += reaped
+        return removed
 
     async def _adopt(
         self,

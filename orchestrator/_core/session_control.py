@@ -6,10 +6,12 @@ A session's lifetime never passes its policy's ``timeouts.max_lifetime_s`` from 
 policy is the operator's bound on what a session may cost, so ``set_timeout`` moves the end
 anywhere between now and that bound (sooner, or back later again), never past it. The reaper
 ends a session at its first round after the end (``lifecycle.expiry_reason``), its idle timeout
-still applying on the way.
+still applying on the way; or, when its end action is ``pause`` (E2B's auto-pause), pauses it and
+clears its end (``Pausing.pause_at_lifetime_end``): a paused session's clock is stopped, and the
+thaw that resumes it gives it its last lifetime again (``renew_lifetime``), within the same bound.
 
-Metadata and a changed end live on the session in memory only, not in the registry: a session
-re-adopted after a restart comes back without them (its end is then its policy's again).
+Metadata, a changed end and its end action are written through to the registry (the manager
+calls ``SessionTable.save_settings``), so a session re-adopted after a restart keeps them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import math
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from orchestrator.backend.base import Backend
 from orchestrator.errors import InvalidArgumentError, PolicyViolationError
-from orchestrator.session.session import Session
+from orchestrator.session.session import LifetimeEndAction, Session
 
 __all__ = [
     "MAX_METADATA_KEYS",
@@ -30,6 +32,7 @@ __all__ = [
     "MAX_METADATA_VALUE_BYTES",
     "check_metadata",
     "lifetime_end",
+    "renew_lifetime",
     "session_metrics",
     "set_lifetime",
 ]
@@ -75,13 +78,23 @@ def lifetime_end(session: Session) -> float:
     return session.started + session.policy.timeouts.max_lifetime_s
 
 
-def set_lifetime(session: Session, timeout_s: Any, now: float | None = None) -> dict[str, Any]:
+def set_lifetime(
+    session: Session,
+    timeout_s: Any,
+    now: float | None = None,
+    *,
+    end_action: Any = None,
+) -> dict[str, Any]:
     """End ``session`` ``timeout_s`` seconds from now; refused (``policy``) past its policy's
-    maximum lifetime. The answer says when it ends and the most a later call could give."""
+    maximum lifetime. ``end_action`` says what its end does: ``"end"`` it (the default), or
+    ``"pause"`` it until it is resumed; None keeps the one it has. The answer says when it
+    ends and the most a later call could give."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
         raise InvalidArgumentError("timeout_s must be a number of seconds")
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise InvalidArgumentError("timeout_s must be more than 0 seconds")
+    if end_action is not None and end_action not in get_args(LifetimeEndAction):
+        raise InvalidArgumentError(f"end_action must be one of {list(get_args(LifetimeEndAction))}")
     now = time.monotonic() if now is None else now
     limit = session.policy.timeouts.max_lifetime_s
     most = max(0.0, session.started + limit - now)
@@ -92,12 +105,27 @@ def set_lifetime(session: Session, timeout_s: Any, now: float | None = None) -> 
             rule="timeouts.max_lifetime_s",
         )
     session.ends_at = now + float(timeout_s)
+    session.lifetime_s = float(timeout_s)
+    if end_action is not None:
+        session.lifetime_end_action = end_action
     ends = datetime.now(UTC) + timedelta(seconds=float(timeout_s))
     return {
         "timeout_s": float(timeout_s),
         "ends_at": ends.isoformat(),
         "max_timeout_s": round(most, 3),
     }
+
+
+def renew_lifetime(session: Session, now: float | None = None) -> None:
+    """A session resumed after its end paused it gets its last lifetime again, from now (never
+    past its policy's maximum lifetime); any other session's end stays as it is."""
+    if session.lifetime_end_action != "pause" or session.ends_at is not None:
+        return
+    if session.lifetime_s is None:
+        return
+    now = time.monotonic() if now is None else now
+    bound = session.started + session.policy.timeouts.max_lifetime_s
+    session.ends_at = min(now + session.lifetime_s, bound)
 
 
 async def session_metrics(backend: Backend, session: Session) -> dict[str, Any]:

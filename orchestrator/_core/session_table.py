@@ -1,5 +1,6 @@
 """The orchestrator's live sessions, who may see them, and the ids made inside them; every change
-written through to the registry on disk (``store.Registry``).
+written through to the registry on disk (``store.Registry``), its settings (metadata, lifetime)
+included.
 
 Invariants: a caller sees a session only if it is its tenant's and, when the caller has a task,
 that task's (``owners.may_see``); an unknown id and an id the caller may not see raise the same
@@ -10,13 +11,14 @@ just before its container is removed.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from orchestrator._core.lifecycle import EndedSessions
 from orchestrator._core.owners import Grants, current_task, may_see
 from orchestrator.errors import SessionLostError, SessionNotFoundError, StorageFullError
 from orchestrator.policy.arguments import check_id, check_session_id
-from orchestrator.registry.store import Registry, SessionRecord
+from orchestrator.registry.store import Registry, SessionRecord, SessionSettings
 from orchestrator.session.history import HistoryEntry
 from orchestrator.session.session import Session
 
@@ -24,6 +26,33 @@ log = logging.getLogger(__name__)
 
 TERMINAL = "terminal"
 PROCESS = "process"
+
+
+def settings_of(session: Session) -> SessionSettings:
+    """The session's settings as the registry keeps them: its end on the wall clock."""
+    ends_at = None
+    if session.ends_at is not None:
+        ends_at = time.time() + (session.ends_at - time.monotonic())
+    return SessionSettings(
+        metadata=dict(session.metadata),
+        ends_at=ends_at,
+        lifetime_s=session.lifetime_s,
+        end_action=session.lifetime_end_action,
+    )
+
+
+def restore_settings(session: Session, settings: SessionSettings | None) -> None:
+    """A re-adopted session given its stored settings back. An end that passed while no
+    orchestrator held it comes at the reaper's next round (it ends the session, or pauses it
+    when that is its end action)."""
+    if settings is None:
+        return
+    session.metadata = dict(settings.metadata)
+    if settings.ends_at is not None:
+        session.ends_at = time.monotonic() + (settings.ends_at - time.time())
+    session.lifetime_s = settings.lifetime_s
+    if settings.end_action == "pause":
+        session.lifetime_end_action = "pause"
 
 
 class SessionTable:
@@ -64,6 +93,11 @@ class SessionTable:
         """Every terminal and process the session starts, by whatever path, is found by id."""
         session.terminals.on_started = lambda item_id: self.remember(TERMINAL, item_id, session)
         session.processes.on_started = lambda item_id: self.remember(PROCESS, item_id, session)
+
+    def save_settings(self, session: Session) -> None:
+        """Write the session's metadata and lifetime (its end, the lifetime that end was set
+        with, its end action) through to the registry, so a restart re-adopts it with them."""
+        self.store.set_settings(session.id, settings_of(session))
 
     def remove(self, session: Session, reason: str, *, lost: bool = False) -> bool:
         """Take the session out (False if it was not in); its owner is told ``reason`` later,

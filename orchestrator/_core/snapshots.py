@@ -320,6 +320,14 @@ class Snapshots:
             except OrchestratorError as exc:
                 log.warning("snapshot sweep skipped: %s", exc)
 
+    async def at_shutdown(self, *, in_memory: bool) -> None:
+        """The images of deleted snapshots that the sessions just ended still used go now; a
+        registry ``in_memory`` (or claimed) goes with its process, and so do its snapshots."""
+        if in_memory:
+            await self.discard_all()
+        else:
+            await self.sweep()
+
     async def discard_all(self) -> None:
         """Delete every snapshot this registry keeps (a registry that goes with its process)."""
         for record in self._registry().snapshots():

@@ -151,6 +151,19 @@ def session_state(session: Session) -> str:
     return "paused" if session.paused else "busy" if session.busy else "idle"
 
 
+def listing_row(session: Session) -> dict[str, Any]:
+    """One session as ``list_sessions`` answers it to its owner (no engine figures)."""
+    return {
+        "session_id": session.id,
+        "policy": session.policy.name,
+        "task": session.task,
+        "created_at": session.created_at.isoformat(),
+        "idle_seconds": round(session.idle_seconds, 3),
+        "commands_count": session.history.count,
+        "metadata": dict(session.metadata),
+    }
+
+
 def session_row(session: Session, usage: SessionUsage | None, now: datetime) -> dict[str, Any]:
     """One session as the overview shows it (``usage`` None: not sampled yet)."""
     return {

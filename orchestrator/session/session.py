@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 import anyio
 
@@ -30,9 +31,12 @@ from orchestrator.session.repl.interpreter import Repl
 from orchestrator.session.shell import PersistentShell
 from orchestrator.session.terminal.terminals import SessionTerminals
 
-__all__ = ["Session", "new_session_id"]
+__all__ = ["LifetimeEndAction", "Session", "new_session_id"]
 
 log = logging.getLogger(__name__)
+
+# What the end of a session's lifetime (``set_timeout``'s) does: end it, or pause it until resumed.
+LifetimeEndAction = Literal["end", "pause"]
 
 # 128 bits of randomness: ids are bearer-like, never guessable.
 SESSION_ID_BYTES = 16
@@ -78,6 +82,12 @@ class Session:
     metadata: Mapping[str, str] = field(default_factory=dict)
     # When ``set_timeout`` said the session ends (monotonic); None: its policy's lifetime.
     ends_at: float | None = None
+    # The timeout_s of the last ``set_timeout``: the lifetime a resume gives again to a session
+    # that its end paused (E2B's auto-pause).
+    lifetime_s: float | None = None
+    # What ``ends_at`` does: "end" the session, or "pause" it (its deadline then cleared until
+    # a call or a resume thaws it, which gives it ``lifetime_s`` again).
+    lifetime_end_action: LifetimeEndAction = "end"
     # CPU seconds and when, at the session's last ``metrics``: the next one's rate is from it.
     cpu_sample: tuple[float, float] | None = None
 

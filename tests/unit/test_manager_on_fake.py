@@ -7,6 +7,7 @@ how a real worker, container and engine behave is tested in tests/docker."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -307,3 +308,56 @@ async def test_session_env_is_refused_for_an_existing_session(orch: Orchestrator
     session = await orch.create_session()
     with pytest.raises(InvalidArgumentError):
         await orch.open_session(session.id, session_env={"A": "1"})
+
+
+async def test_a_lifetime_that_ends_with_pause_pauses_the_session_and_a_call_renews_it(
+    orch: Orchestrator, fake: FakeBackend
+) -> None:
+    session = await orch.create_session()
+    await orch.set_timeout(session.id, 60, end_action="pause")
+    session.ends_at = time.monotonic() - 1  # its end has come
+    await orch.reaper.reap_one(session)
+    assert session.paused and session.ends_at is None and not session.closed
+    assert fake.containers[session.container_id].status == "paused"
+    session.last_active -= session.policy.timeouts.idle_s + 1  # and it is long idle
+    await orch.reaper.reap_one(session)
+    assert not session.closed  # it waits for its resume
+
+    before = time.monotonic()
+    assert (await orch.execute("x = 1", session_id=session.id)).success
+    assert fake.containers[session.container_id].status == "running"
+    assert session.ends_at is not None and before + 60 <= session.ends_at <= time.monotonic() + 60
+
+
+async def test_a_lifetime_that_ends_with_end_still_ends_the_session(orch: Orchestrator) -> None:
+    session = await orch.create_session()
+    await orch.set_timeout(session.id, 60, end_action="pause")
+    await orch.set_timeout(session.id, 60, end_action="end")
+    session.ends_at = time.monotonic() - 1
+    await orch.reaper.reap_one(session)
+    assert session.closed
+    with pytest.raises(SessionNotFoundError, match="set_timeout"):
+        orch.find_session(session.id)
+
+
+async def test_an_unknown_end_action_changes_nothing(orch: Orchestrator) -> None:
+    session = await orch.create_session()
+    with pytest.raises(InvalidArgumentError):
+        await orch.set_timeout(session.id, 60, end_action="kill")
+    assert session.ends_at is None and session.lifetime_end_action == "end"
+
+
+async def test_repl_execute_refuses_what_its_policy_refuses_whoever_calls_it(
+    orch: Orchestrator, worker: Worker
+) -> None:
+    session = await orch.create_session()
+    limit = session.policy.timeouts.max_command_s
+    with pytest.raises(InvalidArgumentError):
+        await session.repl.execute("1", timeout=limit + 1)
+    with pytest.raises(PolicyViolationError) as denied:
+        await session.repl.execute("1", env={"PYTHONPATH": "/tmp"})
+    assert denied.value.rule == "env.deny"
+    with pytest.raises(InvalidArgumentError):
+        await session.repl.execute("")
+    assert not [r for r in worker.requests if r["op"] == "execute"]
+    assert (await session.repl.execute("1", timeout=limit)).success
