@@ -112,7 +112,7 @@ class SessionManager:
         self.last_reconcile = ReconcileReport()
         self._network = Networking(self.backend, self.metrics, self.tenant_config)
         self.egress = self._network.accounting
-        self._pausing = Pausing(self.backend)
+        self._pausing = Pausing(self.backend, lifetime_changed=self._table.save_settings)
         self._owners = OwnerControl(
             self._table,
             self._admission,

@@ -16,6 +16,7 @@ session is not frozen in its stride.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from orchestrator._core.lifecycle import should_pause
 from orchestrator._core.session_control import renew_lifetime
@@ -25,6 +26,7 @@ from orchestrator.errors import (
     BackendUnavailableError,
     BusyError,
     ContainerNotFoundError,
+    OrchestratorError,
 )
 from orchestrator.session.session import Session
 
@@ -34,8 +36,12 @@ log = logging.getLogger(__name__)
 
 
 class Pausing:
-    def __init__(self, backend: Backend) -> None:
+    def __init__(
+        self, backend: Backend, *, lifetime_changed: Callable[[Session], None] | None = None
+    ) -> None:
         self._backend = backend
+        # Told when a pause or a thaw changed a session's end (to keep it in the registry).
+        self._lifetime_changed = lifetime_changed
 
     async def pause(self, session: Session) -> bool:
         """Freeze the session's container; False if it was already paused. A session in the
@@ -70,6 +76,7 @@ class Pausing:
                 await self._backend.pause(session.container_id)
                 session.paused = True
             session.ends_at = None
+        self._changed(session)
         log.info("session %s paused: its lifetime ended (end action pause)", session.id)
         return True
 
@@ -93,6 +100,16 @@ class Pausing:
                         f"its container stopped while paused: {exc}"
                     ) from exc
             session.paused = False
-            renew_lifetime(session)
+            renewed = renew_lifetime(session)
+        if renewed:
+            self._changed(session)
         session.touch()
         return True
+
+    def _changed(self, session: Session) -> None:
+        if self._lifetime_changed is None:
+            return
+        try:
+            self._lifetime_changed(session)
+        except OrchestratorError as exc:  # a full disk: the session's end holds in memory
+            log.warning("session %s: its new end was not kept: %s", session.id, exc)

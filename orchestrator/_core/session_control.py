@@ -116,16 +116,18 @@ def set_lifetime(
     }
 
 
-def renew_lifetime(session: Session, now: float | None = None) -> None:
+def renew_lifetime(session: Session, now: float | None = None) -> bool:
     """A session resumed after its end paused it gets its last lifetime again, from now (never
-    past its policy's maximum lifetime); any other session's end stays as it is."""
+    past its policy's maximum lifetime); any other session's end stays as it is. Whether its
+    end changed."""
     if session.lifetime_end_action != "pause" or session.ends_at is not None:
-        return
+        return False
     if session.lifetime_s is None:
-        return
+        return False
     now = time.monotonic() if now is None else now
     bound = session.started + session.policy.timeouts.max_lifetime_s
     session.ends_at = min(now + session.lifetime_s, bound)
+    return True
 
 
 async def session_metrics(backend: Backend, session: Session) -> dict[str, Any]:

@@ -323,10 +323,16 @@ async def test_a_lifetime_that_ends_with_pause_pauses_the_session_and_a_call_ren
     await orch.reaper.reap_one(session)
     assert not session.closed  # it waits for its resume
 
+    [kept] = [r.settings for r in orch._registry.sessions() if r.id == session.id]
+    assert kept is not None and kept.ends_at is None and kept.end_action == "pause"
+
     before = time.monotonic()
     assert (await orch.execute("x = 1", session_id=session.id)).success
     assert fake.containers[session.container_id].status == "running"
     assert session.ends_at is not None and before + 60 <= session.ends_at <= time.monotonic() + 60
+    [kept] = [r.settings for r in orch._registry.sessions() if r.id == session.id]
+    assert kept is not None and kept.ends_at is not None  # a restart keeps the renewed end
+    assert time.time() + 50 < kept.ends_at <= time.time() + 60
 
 
 async def test_a_lifetime_that_ends_with_end_still_ends_the_session(orch: Orchestrator) -> None:
