@@ -198,6 +198,7 @@ MEANINGS: Mapping[type[BaseModel], Mapping[str, str]] = {
         "mode": "Permission bits, in octal (`0644`).",
         "mtime": "Last modification, in seconds since the epoch.",
         "link_target": "For a symlink, where it points.",
+        "metadata": "Its `user.e2b.*` extended attributes (E2B's file metadata), if any.",
     },
     StatResult: {"path": "The entry's path in the container."},
     ExistsResult: {

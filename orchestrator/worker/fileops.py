@@ -52,6 +52,11 @@ WORKSPACE = "/workspace"
 # Bounds the host sets per request; these caps hold even if a request asks for more.
 MAX_LIST_ENTRIES = 2000
 MAX_LINK_TARGET_CHARS = 256
+# File metadata (E2B's): extended attributes in this namespace, at most this many, each key and
+# value at most this long.
+XATTR_PREFIX = "user.e2b."
+MAX_METADATA_KEYS = 32
+MAX_METADATA_CHARS = 1024
 MAX_MEMBERS = 10_000
 # Request ids are the host's, as in the REPL worker's protocol (wire.MAX_ID_CHARS).
 MAX_ID_CHARS = 64
@@ -88,6 +93,12 @@ class Refused(Exception):
     """The request cannot be done as asked; the message says why."""
 
     code = "invalid_argument"
+
+
+class Missing(Refused):
+    """A directory on the way is not there: as missing as the entry itself."""
+
+    code = "path_not_found"
 
 
 class Full(Refused):
@@ -128,8 +139,9 @@ def open_dir(path: str, *, create: bool) -> int:
     if create and not os.path.lexists(real):
         os.makedirs(real, mode=0o755, exist_ok=True)
     if not os.path.isdir(real):
-        missing = not os.path.lexists(real)
-        raise Refused(f"{path}: {'no such directory' if missing else 'not a directory'}")
+        if not os.path.lexists(real):
+            raise Missing(f"{path}: no such directory")
+        raise Refused(f"{path}: not a directory")
     fd = os.open(real, _OPEN_DIR)
     try:
         check_fd(fd, path)
@@ -163,7 +175,34 @@ def describe(name: str, st: os.stat_result, dir_fd: int | None) -> dict[str, Any
     if stat.S_ISLNK(st.st_mode):
         target = text(os.readlink(name, dir_fd=dir_fd))
         entry["link_target"] = target[:MAX_LINK_TARGET_CHARS]
+    else:
+        metadata = xattr_metadata(name, dir_fd)
+        if metadata:
+            entry["metadata"] = metadata
     return entry
+
+
+def xattr_metadata(name: str, dir_fd: int | None) -> dict[str, str]:
+    """The entry's ``user.e2b.*`` extended attributes (E2B's file metadata), bounded, as text;
+    empty where the file system keeps none. A path, not a descriptor: the xattr calls take no
+    ``dir_fd``, so the parent's own path is read back from /proc, and a link is never followed."""
+    where = name if dir_fd is None else f"/proc/self/fd/{dir_fd}/{name}"
+    try:
+        names = os.listxattr(where, follow_symlinks=False)
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for attribute in sorted(names):
+        if not attribute.startswith(XATTR_PREFIX) or len(found) >= MAX_METADATA_KEYS:
+            continue
+        try:
+            value = os.getxattr(where, attribute, follow_symlinks=False)
+        except OSError:
+            continue
+        key = attribute[len(XATTR_PREFIX) :]
+        if key and len(key) <= MAX_METADATA_CHARS and len(value) <= MAX_METADATA_CHARS:
+            found[text(key)] = value.decode("utf-8", "replace")
+    return found
 
 
 def decode_b64(value: Any, what: str) -> bytes:

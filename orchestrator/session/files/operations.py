@@ -41,6 +41,7 @@ from orchestrator.session.files.archives import (
     checked_members,
     inside_workspace,
 )
+from orchestrator.session.files.watching import Watches
 from orchestrator.session.files.wire import (
     FILE_HELPER,
     MAX_LIST_ENTRIES,
@@ -129,6 +130,8 @@ class FileEntry(_Result):
     mode: str  # permission bits in octal, e.g. "0644"
     mtime: float  # seconds since the epoch
     link_target: str | None = None
+    # Its ``user.e2b.*`` extended attributes (E2B's file metadata), when it has any.
+    metadata: dict[str, str] | None = None
 
 
 class ListResult(_Result):
@@ -202,10 +205,13 @@ class SessionFiles:
             max_request_bytes=self._max_request,
             max_reply_bytes=self._max_reply,
         )
+        # Directory watches (E2B's watch_dir): a helper of their own, started at the first.
+        self.watches = Watches(backend, container_id)
 
     async def aclose(self) -> None:
-        """End the served helper (its stream closes, it exits); idempotent."""
+        """End the served helpers (their streams close, they exit); idempotent."""
         await self._served.aclose()
+        await self.watches.aclose()
 
     async def write(
         self,

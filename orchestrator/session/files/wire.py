@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from orchestrator.errors import BackendError
 from orchestrator.session.helper_exchange import Helper
@@ -43,6 +43,11 @@ __all__ = [
 
 FILE_HELPER = Helper("file helper")
 MAX_LIST_ENTRIES = 2000
+# A file's metadata (its ``user.e2b.*`` extended attributes): as many keys, as long, as the
+# helper sends at most (``worker/fileops.py``).
+MAX_METADATA_KEYS = 32
+MAX_METADATA_CHARS = 1024
+MetadataText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_METADATA_CHARS)]
 
 EntryType = Literal["file", "dir", "symlink", "other"]
 M = TypeVar("M", bound=BaseModel)
@@ -73,6 +78,9 @@ class EntryReply(FileReply):
     mode: int = Field(ge=0, le=0o7777)
     mtime: float = Field(allow_inf_nan=False)
     link_target: str | None = Field(default=None, max_length=256)
+    metadata: dict[MetadataText, Annotated[str, Field(max_length=MAX_METADATA_CHARS)]] | None = (
+        Field(default=None, max_length=MAX_METADATA_KEYS)
+    )
 
     def entry(self) -> dict[str, Any]:
         return {**self.model_dump(), "mode": f"{self.mode:04o}"}
