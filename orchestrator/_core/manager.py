@@ -57,7 +57,6 @@ from orchestrator.errors import (
 )
 from orchestrator.images.templates import BASE, TemplateCatalog
 from orchestrator.policy.arguments import check_policy_name, check_session_id
-from orchestrator.policy.catalog import PolicyCatalog
 from orchestrator.policy.env import check_env
 from orchestrator.policy.model import Policy
 from orchestrator.registry.reconcile import ReconcileReport
@@ -96,7 +95,7 @@ class SessionManager:
             self.backend,
             self._table,
             in_flight=self._in_flight,
-            end_session=self.lose_session,
+            end_session=self._lose_session,
             adopted=self._apply_tenant_caps,
             metrics=self.metrics,
         )
@@ -110,13 +109,13 @@ class SessionManager:
         self._exit_stack = contextlib.AsyncExitStack()
         self._task_group: anyio.abc.TaskGroup | None = None
         self.last_reconcile = ReconcileReport()
-        self._network = Networking(self.backend, self.metrics, self.tenant_config)
+        self._network = Networking(self.backend, self.metrics, self._tenant_config)
         self.egress = self._network.accounting
         self._pausing = Pausing(self.backend, lifetime_changed=self._table.save_settings)
         self._owners = OwnerControl(
             self._table,
             self._admission,
-            end_session=self.end_session,
+            end_session=self._end_session,
             close_timeout=SHUTDOWN_TIMEOUT,
         )
         self._builder = SessionBuilder(
@@ -139,7 +138,7 @@ class SessionManager:
         self.snapshots = Snapshots(
             self.backend,
             registry=lambda: self._table.store,
-            tenant_config=self.tenant_config,
+            tenant_config=self._tenant_config,
             orchestrator_id=lambda: self.orchestrator_id,
             extra_labels=self.config.extra_labels,
         )
@@ -147,7 +146,7 @@ class SessionManager:
             sessions=lambda: list(self._sessions.values()),
             default_idle_s=lambda: self.policy(None).timeouts.idle_s,
             max_interval=self.config.reap_interval,
-            end_session=self.end_session,
+            end_session=self._end_session,
             pausing=self._pausing,
             egress=self.egress,
             snapshots=self.snapshots,
@@ -215,7 +214,7 @@ class SessionManager:
                     if keep:
                         tg.start_soon(self._leave_for_next_start, session)
                     else:
-                        tg.start_soon(self.end_session, session, "the orchestrator shut down")
+                        tg.start_soon(self._end_session, session, "the orchestrator shut down")
         if self._task_group is not None:
             # Cancelling ends the pools' refill tasks, which remove what they still hold.
             self._task_group.cancel_scope.cancel()
@@ -248,10 +247,6 @@ class SessionManager:
         (``PolicyCatalog.get``)."""
         return self._catalogs.policy(name)
 
-    def policy_catalog(self) -> PolicyCatalog:
-        """The policies loaded at start or at the last reload (loaded here when neither ran)."""
-        return self._catalogs.policies()
-
     def templates(self) -> TemplateCatalog:
         """The image templates: shipped, and those of the template directories."""
         return self._catalogs.templates()
@@ -280,7 +275,7 @@ class SessionManager:
             self.config = dataclasses.replace(self.config, tenants=tenants)
         self._pools.use_policies(policies)
 
-    def tenant_config(self, tenant: str) -> TenantConfig | None:
+    def _tenant_config(self, tenant: str) -> TenantConfig | None:
         return self.config.tenants.get(tenant)
 
     @property
@@ -315,7 +310,7 @@ class SessionManager:
         effective = self.policy(policy)
         session_env = check_env(env, effective)
         labels = check_metadata(metadata)
-        limits = self.tenant_config(tenant)
+        limits = self._tenant_config(tenant)
         check_policy_allowed(limits, effective)
         self._check_open(tenant, task)
         self._admission.check_owner(
@@ -329,7 +324,7 @@ class SessionManager:
             task=task,
         )
         if victim is not None:
-            await self.end_session(victim, "evicted: the orchestrator is at max_sessions")
+            await self._end_session(victim, "evicted: the orchestrator is at max_sessions")
         token = self._admission.reserve(
             self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
         )
@@ -341,7 +336,7 @@ class SessionManager:
             self._admission.release(token)
         # The owner may have been closed while the container was made: nothing half-made stays.
         if self._table.grants.sealed(tenant, task):
-            await self.end_session(session, "its owner was closed while it was created")
+            await self._end_session(session, "its owner was closed while it was created")
             raise SessionNotFoundError(f"task {task} was closed")
         session.metadata = labels
         self._table.save_settings(session)  # metadata in the registry: a restart keeps it
@@ -367,7 +362,7 @@ class SessionManager:
         return self._pools.container_ids() | self._builder.building
 
     def _apply_tenant_caps(self, session: Session) -> None:
-        apply_tenant_caps(session, self.tenant_config(session.tenant))
+        apply_tenant_caps(session, self._tenant_config(session.tenant))
 
     # -- warm pools -----------------------------------------------------------------------
 
@@ -572,14 +567,14 @@ class SessionManager:
         if self._table.ended_reason(tenant or self.config.tenant, session_id) is not None:
             return False
         session = self.find_session(session_id, tenant=tenant)
-        await self.end_session(session, "destroyed by its owner")
+        await self._end_session(session, "destroyed by its owner")
         return True
 
-    async def lose_session(self, session: Session, cause: str) -> None:
+    async def _lose_session(self, session: Session, cause: str) -> None:
         """End a session whose container died under it: its owner is told ``session_lost``."""
-        await self.end_session(session, cause, lost=True)
+        await self._end_session(session, cause, lost=True)
 
-    async def end_session(self, session: Session, reason: str, *, lost: bool = False) -> None:
+    async def _end_session(self, session: Session, reason: str, *, lost: bool = False) -> None:
         if not self._table.remove(session, reason, lost=lost):
             return
         self.metrics.sessions_ended.labels(ending_kind(reason)).inc()

@@ -92,7 +92,7 @@ class PythonReplManager(SessionManager):
                 self._record_cancelled(session, code)
                 raise
         if session.repl.container_stopped:
-            await self.lose_session(session, f"its container stopped: {outcome.error_message}")
+            await self._lose_session(session, f"its container stopped: {outcome.error_message}")
         output = outcome.stdout + outcome.stderr
         if not outcome.success:
             output += f"{outcome.error_type}: {outcome.error_message}"
@@ -225,7 +225,7 @@ class PythonReplManager(SessionManager):
                 on_output=call.on_output if call else None,
             )
         if chosen.repl.container_stopped:
-            await self.lose_session(session, f"its container stopped: {outcome.error_message}")
+            await self._lose_session(session, f"its container stopped: {outcome.error_message}")
         output = outcome.stdout + outcome.stderr
         if not outcome.success:
             output += f"{outcome.error_type}: {outcome.error_message}"
