@@ -1,15 +1,26 @@
 """envd's ``filesystem.Filesystem`` service: ``Stat``, ``ListDir``, ``MakeDir``, ``Move`` and
-``Remove`` over ``_files``. Watching a directory is not supported and says so (UNIMPLEMENTED)
-at once, never leaving a client waiting for events that will not come."""
+``Remove`` over ``_files``; ``WatchDir`` (a stream) and the watcher calls (``CreateWatcher``,
+``GetWatcherEvents``, ``RemoveWatcher``) over ``_watching``.
+
+An entry reads as envd's: owner and group ``user`` (the one unprivileged user of the sandbox),
+mode and permissions from the file, its modified time, a symlink shown as what it points at with
+its absolute target, and its metadata (``user.e2b.*`` extended attributes). A ``WatchDir``
+stream starts with its start event, then sends the watch's events as they come (looked for every
+``WATCH_POLL_S``) and a keepalive after each ``WATCH_KEEPALIVE_S`` without one; its watch ends
+with the stream, however the stream ends."""
 
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
+import anyio
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
+from protobuf import Oneof
 from protobuf.wkt import Timestamp
 
 from orchestrator.http.e2b._context import current_sandbox
@@ -18,6 +29,8 @@ from orchestrator.http.e2b._errors import connect_error
 from orchestrator.http.e2b._files import Entry, SandboxFiles
 from orchestrator.http.e2b._paths import OutsideHomeError, to_e2b, to_sandhold
 from orchestrator.http.e2b._tooling import ToolCallError
+from orchestrator.http.e2b._watching import Watchers
+from orchestrator.session.files.watching import WatchEvents
 
 __all__ = ["FilesystemService", "entry_type_name"]
 
@@ -26,7 +39,15 @@ _TYPES: Final = {
     "dir": pb.FileType.DIRECTORY,
     "symlink": pb.FileType.SYMLINK,
 }
-_WATCH: Final = "watching a directory is not supported by sandhold"
+_EVENTS: Final = {
+    "create": pb.EventType.CREATE,
+    "write": pb.EventType.WRITE,
+    "remove": pb.EventType.REMOVE,
+    "rename": pb.EventType.RENAME,
+    "chmod": pb.EventType.CHMOD,
+}
+WATCH_POLL_S: Final = 0.05
+WATCH_KEEPALIVE_S: Final = 5.0
 
 
 def entry_type_name(entry: Entry) -> str:
@@ -44,6 +65,7 @@ def _entry(entry: Entry) -> pb.EntryInfo:
     mode = int(entry.get("mode") or "0", 8)
     seconds = float(entry.get("mtime") or 0.0)
     moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    link = entry.get("link_target")
     return pb.EntryInfo(
         name=entry["name"],
         type=_TYPES.get(entry["type"], pb.FileType.UNSPECIFIED),
@@ -54,8 +76,8 @@ def _entry(entry: Entry) -> pb.EntryInfo:
         owner="user",
         group="user",
         modified_time=Timestamp.from_datetime(moment),
-        symlink_target=entry.get("link_target"),
-        is_symlink=entry["type"] == "symlink",
+        symlink_target=to_e2b(link) if isinstance(link, str) and link.startswith("/") else link,
+        metadata=dict(entry.get("metadata") or {}),
     )
 
 
@@ -64,9 +86,21 @@ def _permissions(mode: int, kind: str) -> str:
     return ("d" if kind == "dir" else "l" if kind == "symlink" else "-") + letters
 
 
+def _events(found: WatchEvents) -> list[pb.FilesystemEvent]:
+    return [
+        pb.FilesystemEvent(
+            name=event.name,
+            type=_EVENTS[event.type],
+            entry=_entry(event.entry) if event.entry is not None else None,
+        )
+        for event in found.events
+    ]
+
+
 class FilesystemService:
     def __init__(self, orchestrator: Any) -> None:
         self._orchestrator = orchestrator
+        self._watchers = Watchers(orchestrator)
 
     def _files(self) -> SandboxFiles:
         return SandboxFiles(self._orchestrator, current_sandbox())
@@ -104,9 +138,8 @@ class FilesystemService:
         files = self._files()
         path = _path(request.path)
         try:
-            if await files.stat(path) is not None:
+            if not await files.make_dir(path):
                 raise ConnectError(Code.ALREADY_EXISTS, f"already exists: {to_e2b(path)}")
-            await files.make_dir(path)
         except ToolCallError as exc:
             raise connect_error(exc) from None
         return pb.MakeDirResponse(entry=_entry(await self._stat(files, path)))
@@ -114,7 +147,6 @@ class FilesystemService:
     async def move(self, request: pb.MoveRequest, ctx: RequestContext[Any, Any]) -> pb.MoveResponse:
         files = self._files()
         source, destination = _path(request.source), _path(request.destination)
-        await self._stat(files, source)
         try:
             await files.move(source, destination)
         except ToolCallError as exc:
@@ -125,23 +157,71 @@ class FilesystemService:
         self, request: pb.RemoveRequest, ctx: RequestContext[Any, Any]
     ) -> pb.RemoveResponse:
         files = self._files()
-        path = _path(request.path)
-        await self._stat(files, path)
         try:
-            await files.remove(path)
+            await files.remove(_path(request.path))
         except ToolCallError as exc:
             raise connect_error(exc) from None
         return pb.RemoveResponse()
 
-    async def watch_dir(self, request: Any, ctx: RequestContext[Any, Any]) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, _WATCH)
-        yield  # type: ignore[unreachable]  # a server stream: the error is its only answer
+    async def watch_dir(
+        self, request: pb.WatchDirRequest, ctx: RequestContext[Any, Any]
+    ) -> AsyncIterator[pb.WatchDirResponse]:
+        sandbox = current_sandbox()
+        watcher = await self._add(request.path, request.recursive, request.include_entry)
+        try:
+            yield pb.WatchDirResponse(event=Oneof("start", pb.WatchDirResponse.StartEvent()))
+            quiet_since = time.monotonic()
+            while True:
+                try:
+                    found = await self._watchers.events(sandbox, watcher)
+                except ToolCallError as exc:
+                    raise connect_error(exc) from None
+                for event in _events(found):
+                    yield pb.WatchDirResponse(event=Oneof("filesystem", event))
+                    quiet_since = time.monotonic()
+                if time.monotonic() - quiet_since >= WATCH_KEEPALIVE_S:
+                    yield pb.WatchDirResponse(
+                        event=Oneof("keepalive", pb.WatchDirResponse.KeepAlive())
+                    )
+                    quiet_since = time.monotonic()
+                await anyio.sleep(WATCH_POLL_S)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._watchers.remove(sandbox, watcher)
 
-    async def create_watcher(self, request: Any, ctx: RequestContext[Any, Any]) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, _WATCH)
+    async def _add(self, path: str, recursive: bool, include_entry: bool) -> Any:
+        sandbox = current_sandbox()
+        try:
+            return await self._watchers.add(
+                sandbox, _path(path), recursive=recursive, include_entry=include_entry
+            )
+        except ToolCallError as exc:
+            raise connect_error(exc) from None
 
-    async def get_watcher_events(self, request: Any, ctx: RequestContext[Any, Any]) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, _WATCH)
+    async def create_watcher(
+        self, request: pb.CreateWatcherRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.CreateWatcherResponse:
+        watcher = await self._add(request.path, request.recursive, request.include_entry)
+        return pb.CreateWatcherResponse(watcher_id=watcher.watcher_id)
 
-    async def remove_watcher(self, request: Any, ctx: RequestContext[Any, Any]) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, _WATCH)
+    async def get_watcher_events(
+        self, request: pb.GetWatcherEventsRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.GetWatcherEventsResponse:
+        sandbox = current_sandbox()
+        try:
+            watcher = self._watchers.find(sandbox, request.watcher_id)
+            found = await self._watchers.events(sandbox, watcher)
+        except ToolCallError as exc:
+            raise connect_error(exc) from None
+        return pb.GetWatcherEventsResponse(events=_events(found))
+
+    async def remove_watcher(
+        self, request: pb.RemoveWatcherRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.RemoveWatcherResponse:
+        sandbox = current_sandbox()
+        try:
+            watcher = self._watchers.find(sandbox, request.watcher_id)
+        except ToolCallError as exc:
+            raise connect_error(exc) from None
+        await self._watchers.remove(sandbox, watcher)
+        return pb.RemoveWatcherResponse()

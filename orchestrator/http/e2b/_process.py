@@ -15,22 +15,25 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any, Final
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from protobuf import Oneof
+from starlette.types import Message, Receive, Scope, Send
 
 from orchestrator.http.e2b._context import current_sandbox
 from orchestrator.http.e2b._demux import Demux, new_marker, with_stderr_marked
+from orchestrator.http.e2b._envd import process_connect
 from orchestrator.http.e2b._envd import process_pb as pb
 from orchestrator.http.e2b._errors import connect_error
 from orchestrator.http.e2b._paths import OutsideHomeError, to_sandhold
 from orchestrator.http.e2b._sandboxes import Command, E2bSandbox
 from orchestrator.http.e2b._tooling import ToolCallError, call
 
-__all__ = ["ProcessService"]
+__all__ = ["ProcessApplication", "ProcessService"]
 
 # How long one wait for output lasts; a keepalive goes out after each that saw none, so the
 # SDK's stream (and any proxy) never sits idle much longer than this.
@@ -39,6 +42,8 @@ POLL_TIMEOUT_MS: Final = 5_000
 # is then one call with its output, and a silent one's start event is late by this at most.
 START_YIELD_MS: Final = 50
 SIGNALS: Final = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
+# The errors of a call into a sandbox that has ended.
+GONE: Final = frozenset({"session_not_found", "session_lost"})
 
 
 def _command_line(config: pb.ProcessConfig) -> str:
@@ -48,13 +53,61 @@ def _command_line(config: pb.ProcessConfig) -> str:
     return shlex.join([config.cmd, *args])
 
 
-def _cwd(config: pb.ProcessConfig) -> str | None:
+def _cwd(config: pb.ProcessConfig) -> tuple[str | None, str]:
+    """The terminal's cwd (a path under the home, mapped), or None with a ``cd`` to put before
+    the command line: a directory outside the home (``/``, ``/tmp``) is not the files tool's to
+    check, and the command's own shell goes there, as E2B's would (a missing one fails there)."""
     if not config.has_field("cwd") or not config.cwd:
-        return None
+        return None, ""
     try:
-        return to_sandhold(config.cwd)
-    except OutsideHomeError as exc:
-        raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from None
+        return to_sandhold(config.cwd), ""
+    except OutsideHomeError:
+        return None, f"cd -- {shlex.quote(config.cwd)} && "
+
+
+class SandboxGone(Exception):
+    """The sandbox of a running command ended: its stream is cut off, not ended."""
+
+
+# Set per request by ``ProcessApplication``: whether the stream's sandbox ended under it.
+_gone: ContextVar[list[bool] | None] = ContextVar("e2b_process_gone", default=None)
+
+
+class ProcessApplication:
+    """envd's process service, whose stream is cut off (its last message never sent, the
+    connection closed) when the sandbox ends while a command runs, as E2B's proxy drops it: an
+    ending message would read as the command's own error. The SDK raises ``TimeoutException``.
+    Over HTTP/2 (E2B's proxy) the drop is a stream reset, which makes the SDK probe the
+    sandbox's health and say it was killed; over this server's HTTP/1.1 a closed connection is
+    a protocol error to the SDK's client, so its message speaks of a timeout instead (a reset
+    connection would read as killed, and ASGI has no way to ask for one)."""
+
+    def __init__(self, service: Any, **options: Any) -> None:
+        self._app = process_connect.ProcessASGIApplication(service, **options)
+        self.path: str = self._app.path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = [False]
+        token = _gone.set(gone)
+
+        async def cut(message: Message) -> None:
+            ends = message["type"] == "http.response.trailers" or (
+                message["type"] == "http.response.body" and not message.get("more_body", False)
+            )
+            if gone[0] and ends:
+                raise SandboxGone("the sandbox ended while its command ran")
+            await send(message)
+
+        try:
+            await self._app(scope, receive, cut)
+        finally:
+            _gone.reset(token)
+
+
+def _mark_gone() -> None:
+    gone = _gone.get()
+    if gone is not None:
+        gone[0] = True
 
 
 class ProcessService:
@@ -83,7 +136,8 @@ class ProcessService:
         sandbox = current_sandbox()
         config = request.process or pb.ProcessConfig()
         pty = request.pty if request.has_field("pty") else None
-        line = _command_line(config)
+        cwd, cd = _cwd(config)
+        line = cd + _command_line(config)
         marker = None if pty is not None else new_marker()
         command_line = with_stderr_marked(line, marker) if marker else line
         started = await self._call(
@@ -93,7 +147,7 @@ class ProcessService:
             session_id=sandbox.session_id,
             command=command_line,
             use_pty=pty is not None,
-            cwd=_cwd(config),
+            cwd=cwd,
             env=dict(config.envs) or None,
             yield_time_ms=START_YIELD_MS,
         )
@@ -135,6 +189,9 @@ class ProcessService:
                 yield event
             if exited:
                 code = answer["exit_code"] if answer["exit_code"] is not None else -1
+                if code < 0 and await self._gone(sandbox, command):
+                    _mark_gone()
+                    raise ConnectError(Code.UNAVAILABLE, "the sandbox ended")
                 end = pb.ProcessEvent.EndEvent(
                     exit_code=code, exited=True, status=f"exit status {code}"
                 )
@@ -143,14 +200,31 @@ class ProcessService:
                 return
             if not answer["output"]:
                 yield _event("keepalive", pb.ProcessEvent.KeepAlive())
-            answer = await self._call(
-                sandbox,
-                "terminal",
-                "wait",
+            try:
+                answer = await call(
+                    self._orchestrator,
+                    sandbox.tenant,
+                    "terminal",
+                    "wait",
+                    terminal_id=command.terminal_id,
+                    since_seq=answer["next_seq"],
+                    timeout_ms=POLL_TIMEOUT_MS,
+                )
+            except ToolCallError as exc:
+                if exc.error_type in GONE:
+                    _mark_gone()
+                raise connect_error(exc) from None
+
+    async def _gone(self, sandbox: E2bSandbox, command: Command) -> bool:
+        """Whether a command that ended without an exit status ended with its sandbox."""
+        try:
+            await call(
+                self._orchestrator, sandbox.tenant, "terminal", "read",
                 terminal_id=command.terminal_id,
-                since_seq=answer["next_seq"],
-                timeout_ms=POLL_TIMEOUT_MS,
-            )
+            )  # fmt: skip
+        except ToolCallError as exc:
+            return exc.error_type in GONE
+        return False
 
     async def list(self, request: pb.ListRequest, ctx: RequestContext[Any, Any]) -> pb.ListResponse:
         sandbox = current_sandbox()

@@ -24,6 +24,8 @@ from starlette.types import Scope
 from orchestrator._core.tenants import TenantKeys
 from orchestrator.http import E2B_STATUS, Caller, JsonBody, Role, Surface
 from orchestrator.http.e2b._sandboxes import SandboxTable
+from orchestrator.http.e2b._signed import as_sandbox_request
+from orchestrator.http.e2b._templates import UPLOAD_PREFIX, upload_tenant
 
 __all__ = ["ENVD_PORT", "INTERPRETER_PORT", "STREAMING_RPCS", "E2bSurface", "header"]
 
@@ -55,6 +57,15 @@ class E2bSurface(Surface):
     def credential(self, scope: Scope, keys: TenantKeys) -> tuple[Caller | None, bool]:
         sandbox_id = header(scope, b"e2b-sandbox-id")
         if sandbox_id is None:
+            # A template build's upload URL is its own credential (``_templates``).
+            uploader = upload_tenant(str(scope.get("path", "")))
+            if uploader is not None:
+                return Caller(uploader, uploader), True
+            # A signed file URL names its sandbox by its signature alone (``_signed``).
+            tenants = (s for tenant in keys.tenants for s in self.table.listed(tenant))
+            signed = as_sandbox_request(scope, tenants)
+            if signed is not None:
+                return Caller(signed.tenant, signed.tenant), True
             return super().credential(scope, keys)
         # The code interpreter SDK's context calls send only the traffic token (the same one).
         token = header(scope, b"x-access-token") or header(scope, b"e2b-traffic-access-token")
@@ -72,6 +83,8 @@ class E2bSurface(Surface):
         return str(scope["path"]) in STREAMING_RPCS
 
     def json_body(self, scope: Scope) -> JsonBody:
+        if str(scope.get("path", "")).startswith(UPLOAD_PREFIX):
+            return JsonBody.NO  # a template build's files: a tar
         if header(scope, b"e2b-sandbox-id") is None:
             return JsonBody.PLAIN
         if (header(scope, b"e2b-sandbox-port") or ENVD_PORT) == INTERPRETER_PORT:
