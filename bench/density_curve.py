@@ -94,7 +94,7 @@ async def add_sessions(
 async def reaper_round(orch: Orchestrator) -> None:
     """What one round of the reaper (``Reaper.round``) does after its sleep, less its egress
     reads and snapshot sweep."""
-    for session in list(orch._sessions.values()):
+    for session in list(orch._table.sessions.values()):
         await orch.reaper.reap_one(session)
     await orch.reconcile()
 
@@ -200,7 +200,7 @@ async def main(steps: list[int], concurrency: int, rounds: int) -> None:
                 await orch.__aexit__(None, None, None)
                 orch = None
                 orch, took = await started(config)
-                sessions = list(orch._sessions.values())
+                sessions = list(orch._table.sessions.values())
                 step["restart_readopt"] = {
                     "seconds": round(took, 2),
                     "adopted": len(orch.last_reconcile.adopted),

@@ -133,7 +133,7 @@ class SessionManager:
             extra_labels=self.config.extra_labels,
         )
         self._usage = UsageSampler(
-            self.backend, lambda: {s.id: s.container_id for s in self._sessions.values()}
+            self.backend, lambda: {s.id: s.container_id for s in self._table.sessions.values()}
         )
         self.snapshots = Snapshots(
             self.backend,
@@ -143,7 +143,7 @@ class SessionManager:
             extra_labels=self.config.extra_labels,
         )
         self.reaper = Reaper(
-            sessions=lambda: list(self._sessions.values()),
+            sessions=lambda: list(self._table.sessions.values()),
             default_idle_s=lambda: self.policy(None).timeouts.idle_s,
             max_interval=self.config.reap_interval,
             end_session=self._end_session,
@@ -164,10 +164,6 @@ class SessionManager:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    @property
-    def _sessions(self) -> dict[str, Session]:
-        return self._table.sessions
 
     @property
     def _registry(self) -> Registry:  # opened, or claimed with a registry_dir, by start()
@@ -208,7 +204,7 @@ class SessionManager:
         self.reaper.cancel()
         self._pools.drain()
         with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT):
-            sessions = list(self._sessions.values())
+            sessions = list(self._table.sessions.values())
             async with anyio.create_task_group() as tg:
                 for session in sessions:
                     if keep:
@@ -237,7 +233,7 @@ class SessionManager:
         """Shut down without ending: the container and its worker stay, the registry keeps the
         row, and the next start re-adopts it. Terminals and the shell end (nothing would read
         them); their processes are killed here rather than left for the sweep."""
-        self._sessions.pop(session.id, None)
+        self._table.sessions.pop(session.id, None)
         await session.close_parts(keep_worker=True)
         log.info("session %s left running for the next start", session.id)
 
@@ -253,7 +249,8 @@ class SessionManager:
 
     def _session_views(self) -> list[SessionView]:
         return [
-            SessionView(session_state(s), s.tenant, s.policy.name) for s in self._sessions.values()
+            SessionView(session_state(s), s.tenant, s.policy.name)
+            for s in self._table.sessions.values()
         ]
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
@@ -314,10 +311,14 @@ class SessionManager:
         check_policy_allowed(limits, effective)
         self._check_open(tenant, task)
         self._admission.check_owner(
-            list(self._sessions.values()), tenant=tenant, task=task, policy=effective, limits=limits
+            list(self._table.sessions.values()),
+            tenant=tenant,
+            task=task,
+            policy=effective,
+            limits=limits,
         )
         victim = room_victim(
-            self._sessions.values(),
+            self._table.sessions.values(),
             starting=len(self._admission),
             max_sessions=self.config.max_sessions,
             tenant=tenant,
@@ -326,7 +327,7 @@ class SessionManager:
         if victim is not None:
             await self._end_session(victim, "evicted: the orchestrator is at max_sessions")
         token = self._admission.reserve(
-            self._sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
+            self._table.sessions.values(), tenant=tenant, task=task, policy=effective, limits=limits
         )
         try:
             session = await self._builder.build(
@@ -440,7 +441,7 @@ class SessionManager:
     def capacity(self) -> dict[str, int]:
         """Sessions held (every tenant's), being made, and the most this orchestrator holds."""
         return {
-            "sessions": len(self._sessions),
+            "sessions": len(self._table.sessions),
             "starting": len(self._admission),
             "max_sessions": self.config.max_sessions,
         }
