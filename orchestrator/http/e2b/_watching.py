@@ -3,8 +3,9 @@
 
 A watcher is the session's watch plus what E2B names it by: a random id, the sandbox it belongs
 to (another sandbox's id is ``not found``, as an unknown one is) and its directory. The table is
-bounded per sandbox (``MAX_WATCHERS``); a watcher whose session watch ended (the sandbox was
-killed, its watcher process lost) is dropped the first time it is asked for. Watches belong to
+bounded per sandbox (``MAX_WATCHERS``) and in all (``MAX_KEPT``, oldest forgotten first); a
+watcher whose session watch ended (the sandbox was killed, its watcher process lost) is dropped
+the first time it is asked for. Watches belong to
 the session, which already has its own tool-layer checks behind it (the data plane reached this
 sandbox with its token): this module reaches the session the way the tool layer does, by id and
 tenant through ``Orchestrator.session``, and asks nothing of it but its watches."""
@@ -23,6 +24,10 @@ from orchestrator.session.files.watching import Watches, WatchEvents
 __all__ = ["MAX_WATCHERS", "Watcher", "Watchers"]
 
 MAX_WATCHERS: Final = 32
+# Watchers kept across all sandboxes: past it the oldest is forgotten (its events then read as
+# not found). Watchers of a sandbox killed without stopping them are never asked for again;
+# this bounds what they keep.
+MAX_KEPT: Final = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +62,8 @@ class Watchers:
         except OrchestratorError as exc:
             raise ToolCallError(exc.error_type, str(exc)) from None
         watcher = Watcher(secrets.token_hex(8), sandbox.sandbox_id, watch_id, path)
+        while len(self._by_id) >= MAX_KEPT:
+            del self._by_id[next(iter(self._by_id))]
         self._by_id[watcher.watcher_id] = watcher
         return watcher
 
