@@ -45,7 +45,7 @@ from orchestrator._core.session_table import SessionTable
 from orchestrator._core.snapshots import Snapshots
 from orchestrator._core.tenants import TenantConfig
 from orchestrator._core.usage import UsageSampler, listing_row, session_row, session_state
-from orchestrator._core.warm_pools import WarmPools
+from orchestrator._core.warm_pools import WarmPools, check_pool_size
 from orchestrator.audit._log import AuditLog
 from orchestrator.backend.base import Backend
 from orchestrator.errors import (
@@ -369,6 +369,7 @@ class SessionManager:
 
     async def set_pool_size(self, policy: str, size: int) -> None:
         """Keep ``size`` ready sessions of ``policy`` (0 drains and stops the pool)."""
+        check_pool_size(size)
         await self._pools.set_size(
             self.policy(check_policy_name(policy)),
             size,

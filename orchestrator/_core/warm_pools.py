@@ -23,9 +23,15 @@ from orchestrator.policy.catalog import PolicyCatalog
 from orchestrator.policy.model import Policy
 from orchestrator.session.session import Session
 
-__all__ = ["WarmPools"]
+__all__ = ["WarmPools", "check_pool_size"]
 
 log = logging.getLogger(__name__)
+
+
+def check_pool_size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL_SIZE:
+        raise InvalidArgumentError(f"pool size must be an integer in [0, {MAX_POOL_SIZE}]")
+    return size
 
 
 class WarmPools:
@@ -48,8 +54,7 @@ class WarmPools:
     ) -> None:
         """Keep ``size`` ready sessions of ``policy``, made by ``build`` (0 drains and stops the
         pool)."""
-        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL_SIZE:
-            raise InvalidArgumentError(f"pool size must be an integer in [0, {MAX_POOL_SIZE}]")
+        check_pool_size(size)
         pool = self._pools.get(policy.name)
         if pool is not None:
             pool.resize(size)
