@@ -250,11 +250,6 @@ def test_a_sandbox_made_to_pause_on_timeout_is_paused_then_resumed_by_connect(
         made.kill()
 
 
-def test_auto_resume_is_refused_clearly(server: E2bServer) -> None:
-    with pytest.raises(SandboxException, match="auto-resume is not supported"):
-        Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
-
-
 def test_metrics_read_the_containers_usage_now(sandbox: Sandbox) -> None:
     sandbox.commands.run("head -c 20000000 /dev/zero > /dev/null")
     (first,) = sandbox.get_metrics()

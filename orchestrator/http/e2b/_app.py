@@ -5,41 +5,40 @@ the port in ``E2b-Sandbox-Port`` (49983 envd: process and filesystem RPCs, ``/fi
 ``/health``; 49999 the code interpreter), and carries the sandbox's ``X-Access-Token``.
 
 Invariants: a data-plane request reaches a service only with the access token of a sandbox
-this server made; otherwise it is answered as E2B's proxy answers for a sandbox it cannot find,
-whatever the reason. The timeout reaper ends each running sandbox whose lifetime ran out (its
-session destroyed through the tool layer), or pauses it when it was made with ``autoPause``,
-within ``REAP_INTERVAL``; a paused sandbox's clock stands still until it is resumed."""
+this server made whose session lives; otherwise it is answered as E2B's proxy answers for a
+sandbox it cannot find, whatever the reason. A paused sandbox is woken by a data-plane request
+only when it was made with ``autoResume`` (the core's resume, which gives it its lifetime
+again); without, the request is answered as for a sandbox that is not running, as E2B does,
+until ``connect`` resumes it. Lifetimes, and pausing at their end, are the core's (its reaper);
+this application has no clock of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from typing import Any, Final
+from typing import Any
 
-import anyio
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from orchestrator._core.tenants import TenantKeys
+from orchestrator.errors import OrchestratorError
 from orchestrator.http import MAX_BODY_BYTES, Front, FrontDoor, HttpLimitsConfig
 from orchestrator.http.e2b._codec import ENVD_JSON_CODEC
 from orchestrator.http.e2b._context import sandbox_scope
 from orchestrator.http.e2b._control import Control
-from orchestrator.http.e2b._envd import filesystem_connect, process_connect
+from orchestrator.http.e2b._envd import filesystem_connect
 from orchestrator.http.e2b._envd_http import envd_http
 from orchestrator.http.e2b._filesystem import FilesystemService
 from orchestrator.http.e2b._interpreter import Interpreter
-from orchestrator.http.e2b._process import ProcessService
-from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
+from orchestrator.http.e2b._process import ProcessApplication, ProcessService
+from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable
 from orchestrator.http.e2b._surface import ENVD_PORT, INTERPRETER_PORT, E2bSurface
-from orchestrator.http.e2b._tooling import ToolCallError, call
+from orchestrator.http.e2b._templates import TemplateBuilds
 
 __all__ = ["ENVD_PORT", "INTERPRETER_PORT", "E2bApp", "build_e2b_app"]
 
 log = logging.getLogger(__name__)
-# How often lifetimes are checked: a sandbox ends at most this long after its end time.
-REAP_INTERVAL: Final = 1.0
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
@@ -56,7 +55,10 @@ class E2bApp:
     def __init__(self, orchestrator: Any, table: SandboxTable) -> None:
         self.orchestrator = orchestrator
         self.table = table
-        self.control = Starlette(routes=Control(orchestrator, self.table).routes())
+        self.templates = TemplateBuilds(orchestrator)
+        self.control = Starlette(
+            routes=[*self.templates.routes(), *Control(orchestrator, self.table).routes()]
+        )
         process: Any = ProcessService(orchestrator)
         filesystem: Any = FilesystemService(orchestrator)
         # Message compression is refused at the door (415); the door already bounds bodies.
@@ -65,7 +67,7 @@ class E2bApp:
             "compressions": (),
             "read_max_bytes": MAX_BODY_BYTES,
         }
-        self.process = process_connect.ProcessASGIApplication(process, **rpc)
+        self.process = ProcessApplication(process, **rpc)
         self.filesystem = filesystem_connect.FilesystemASGIApplication(filesystem, **rpc)
         self.envd_http = envd_http(orchestrator)
         self.interpreter = Interpreter(orchestrator).app()
@@ -84,7 +86,7 @@ class E2bApp:
         # The code interpreter SDK's context calls carry only the traffic token (the same one).
         token = headers.get("x-access-token") or headers.get("e2b-traffic-access-token")
         sandbox = self.table.with_token(sandbox_id, token)
-        if sandbox is None:
+        if sandbox is None or not await self._awake(sandbox):
             await _answer(
                 send, 502, {"code": 502, "message": f"The sandbox {sandbox_id} was not found"}
             )
@@ -107,50 +109,30 @@ class E2bApp:
             await self.envd_http(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as group:
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    group.start_soon(self._reap)
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    group.cancel_scope.cancel()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-
-    async def _reap(self) -> None:
         while True:
-            await anyio.sleep(REAP_INTERVAL)
-            for sandbox in self.table.expired(utc_now()):
-                await self._expire(sandbox)
-
-    async def _expire(self, sandbox: E2bSandbox) -> None:
-        """Paused when it was made with ``autoPause`` (and a pause works), else ended."""
-        if sandbox.auto_pause:
-            try:
-                await call(
-                    self.orchestrator,
-                    sandbox.tenant,
-                    "session",
-                    "pause",
-                    session_id=sandbox.session_id,
-                )
-            except ToolCallError as exc:
-                log.warning("e2b sandbox %s not paused (%s): ending it", sandbox.sandbox_id, exc)
-            else:
-                sandbox.state = "paused"
-                log.info("e2b sandbox %s paused: its timeout ran out", sandbox.sandbox_id)
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
                 return
-        self.table.remove(sandbox.sandbox_id)
-        with contextlib.suppress(ToolCallError):
-            await call(
-                self.orchestrator,
-                sandbox.tenant,
-                "python_repl",
-                "destroy",
-                session_id=sandbox.session_id,
-            )
-        log.info("e2b sandbox %s ended: its timeout ran out", sandbox.sandbox_id)
+
+    async def _awake(self, sandbox: E2bSandbox) -> bool:
+        """Whether the sandbox's session lives and runs: a paused one is resumed (by the core)
+        when the sandbox has ``autoResume``, else it is not running for its data plane (as in
+        E2B), unless its policy pauses idle sessions (sandhold's own idle pause is invisible)."""
+        try:
+            session = self.orchestrator.find_session(sandbox.session_id, tenant=sandbox.tenant)
+            if not session.paused:
+                return True
+            # A policy that pauses idle sessions pauses them out of sight: any call wakes them.
+            if not sandbox.auto_resume and session.policy.timeouts.idle_action != "pause":
+                return False
+            await self.orchestrator.resume(sandbox.session_id, tenant=sandbox.tenant)
+        except OrchestratorError as exc:
+            log.info("e2b sandbox %s: its session is not there (%s)", sandbox.sandbox_id, exc)
+            return False
+        return True
 
 
 def build_e2b_app(
@@ -166,5 +148,6 @@ def build_e2b_app(
         front = Front(
             keys, limits=limits, metrics=orchestrator.metrics, audit=lambda: orchestrator.audit_log
         )
-    table = SandboxTable()
+    # The core's registry, read when used: ``start`` may swap it for a claimed one.
+    table = SandboxTable(lambda: orchestrator._registry)
     return front.door(E2bSurface(table), E2bApp(orchestrator, table))

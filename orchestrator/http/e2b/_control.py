@@ -3,9 +3,16 @@ lifetime, paused, resumed and killed, each one a sandhold session of the tenant 
 request carries (``X-API-KEY``; the front door, ``orchestrator.http``, has resolved it and
 bounded the body before any route here runs).
 
+A thin adapter: a sandbox's life is its session's, kept by the core. Its lifetime is the core's
+``set_timeout`` (create, ``set_timeout``, connect, resume), with the end action ``pause`` for
+E2B's auto-pause (``autoPause``, ``lifecycle.on_timeout``); its metadata is the session's; paused
+or running is the session's; a resume is the core's, which gives a session its end paused the
+lifetime it last had. All of it survives a restart of ``serve`` with the session (the
+registry). What the E2B port keeps itself is in ``_sandboxes``.
+
 Bounds as on every surface: ``metadata`` is checked as a session's is (``check_metadata``: keys,
 per-value and total size); listings are paginated (``limit`` up to ``MAX_LIST_LIMIT``, E2B's own,
-and ``nextToken``, answered in ``x-next-token``).
+and ``nextToken``, answered in ``x-next-token``), newest first unless ``order=asc``.
 
 Templates: ``base`` is sandhold's ``shell`` policy (bash, full Python, a shell-first session),
 ``code-interpreter-v1`` the ``code-interpreter`` policy (pandas, matplotlib..., and node for
@@ -19,8 +26,11 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
+import contextlib
+import dataclasses
 import datetime
 import secrets
+import time
 import urllib.parse
 from typing import Any, Final
 
@@ -28,19 +38,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator._core.session_control import check_metadata
+from orchestrator._core.session_control import check_metadata, lifetime_end
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
-from orchestrator.http import CALLER_SCOPE_KEY, Caller
+from orchestrator.http import CALLER_SCOPE_KEY, E2B_STATUS, Caller, status_for
 from orchestrator.http.e2b._errors import e2b_error, status_of
+from orchestrator.http.e2b._network import apply_network
 from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
 from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
 
 TEMPLATES: Final = {"base": "shell", "code-interpreter-v1": "code-interpreter"}
-# The envd version the SDK is told: 0.5.7 has what this server implements (default user,
-# stdin close, octet-stream uploads) and nothing it does not (file metadata, 0.6.2).
-ENVD_VERSION: Final = "0.5.7"
+# The envd version the SDK is told: 0.6.4 has what this server implements (default user,
+# stdin close, octet-stream uploads, file metadata, watch events with entries, watches that
+# allow network mounts) and nothing it does not.
+ENVD_VERSION: Final = "0.6.4"
 DEFAULT_TIMEOUT_S: Final = 300
 # E2B's own ceiling on a sandbox's lifetime (24 h on its top plan).
 MAX_TIMEOUT_S: Final = 86_400
@@ -62,6 +74,34 @@ def _iso(moment: datetime.datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+@dataclasses.dataclass(frozen=True)
+class Life:
+    """What the core says of a sandbox's session now: the E2B port keeps none of it."""
+
+    paused: bool
+    ends_at: datetime.datetime
+    metadata: dict[str, str]
+    on_timeout: str  # E2B's words: "kill" or "pause"
+
+
+def life_of(session: Any) -> Life:
+    """A core session's state in E2B's terms; its end from the monotonic clock to the wall's."""
+    remaining = lifetime_end(session) - time.monotonic()
+    ends_at = utc_now() + datetime.timedelta(seconds=remaining)
+    return Life(
+        paused=bool(session.paused),
+        # To the millisecond, down: two clocks read one after the other never add to it.
+        ends_at=ends_at.replace(microsecond=ends_at.microsecond // 1000 * 1000),
+        metadata=dict(session.metadata),
+        on_timeout="pause" if session.lifetime_end_action == "pause" else "kill",
+    )
+
+
+def refusal(exc: OrchestratorError) -> Response:
+    """A core refusal as E2B answers it: the status from the front door's table."""
+    return e2b_error(status_for(exc, E2B_STATUS), f"{exc.code}: {exc}")
+
+
 class Control:
     def __init__(self, orchestrator: Any, table: SandboxTable) -> None:
         self.orchestrator = orchestrator
@@ -71,7 +111,7 @@ class Control:
         return [
             Route("/sandboxes", self.create, methods=["POST"]),
             Route("/v2/sandboxes", self.create, methods=["POST"]),
-            Route("/sandboxes", self.list, methods=["GET"]),
+            Route("/sandboxes", self.list_running, methods=["GET"]),
             Route("/v2/sandboxes", self.list, methods=["GET"]),
             Route("/sandboxes/{sandbox_id}", self.get, methods=["GET"]),
             Route("/sandboxes/{sandbox_id}", self.kill, methods=["DELETE"]),
@@ -99,19 +139,31 @@ class Control:
             return None
         return template
 
-    async def _sandbox(self, request: Request) -> tuple[str, E2bSandbox] | Response:
+    def session_of(self, sandbox: E2bSandbox) -> Any | None:
+        """The sandbox's core session, or None when it has ended (the sandbox then leaves the
+        table: its row went with the session's, or goes now)."""
+        try:
+            return self.orchestrator.find_session(sandbox.session_id, tenant=sandbox.tenant)
+        except OrchestratorError:
+            self.table.remove(sandbox.sandbox_id)
+            return None
+
+    async def _sandbox(self, request: Request) -> tuple[str, E2bSandbox, Any] | Response:
+        """The caller's sandbox and its core session, or E2B's 404 (unknown, another tenant's,
+        ended: alike)."""
         tenant = self.tenant(request)
         if tenant is None:
             return e2b_error(401, "Invalid API key")
         sandbox_id = request.path_params["sandbox_id"]
         sandbox = self.table.of_tenant(sandbox_id, tenant)
-        if sandbox is None or not await self._alive(sandbox):
+        session = self.session_of(sandbox) if sandbox is not None else None
+        if sandbox is None or session is None:
             return e2b_error(404, f"sandbox {sandbox_id!r} not found")
-        return tenant, sandbox
+        return tenant, sandbox, session
 
     async def _sandbox_and_timeout(
         self, request: Request, *, required: bool
-    ) -> tuple[str, E2bSandbox, int | None] | Response:
+    ) -> tuple[str, E2bSandbox, Any, int | None] | Response:
         """The caller's sandbox (``_sandbox``) and the body's ``timeout``, checked when given;
         without one, None, or a 400 when ``required``."""
         found = await self._sandbox(request)
@@ -126,14 +178,17 @@ class Control:
             return e2b_error(400, problem)
         return *found, timeout
 
-    async def _alive(self, sandbox: E2bSandbox) -> bool:
-        """Whether its session still exists (idle teardown or max lifetime may have ended it);
-        a sandbox whose session is gone leaves the table."""
-        listed = await call(self.orchestrator, sandbox.tenant, "python_repl", "list_sessions")
-        alive = any(s.get("session_id") == sandbox.session_id for s in listed["sessions"])
-        if not alive:
-            self.table.remove(sandbox.sandbox_id)
-        return alive
+    async def _set_lifetime(
+        self, sandbox: E2bSandbox, timeout: int, end_action: str | None = None
+    ) -> Response | None:
+        """The session's lifetime, set by the core (``session set_timeout``): None when done."""
+        try:
+            await self.orchestrator.set_timeout(
+                sandbox.session_id, timeout, tenant=sandbox.tenant, end_action=end_action
+            )
+        except OrchestratorError as exc:
+            return refusal(exc)
+        return None
 
     def created(self, sandbox: E2bSandbox, status: int = 201) -> JSONResponse:
         return JSONResponse(
@@ -149,19 +204,20 @@ class Control:
             status_code=status,
         )
 
-    def listed(self, sandbox: E2bSandbox) -> dict[str, Any]:
+    def listed(self, sandbox: E2bSandbox, life: Life) -> dict[str, Any]:
         return {
             "templateID": sandbox.template,
             "sandboxID": sandbox.sandbox_id,
             "clientID": CLIENT_ID,
             "startedAt": _iso(sandbox.started_at),
-            "endAt": _iso(sandbox.end_at),
+            "endAt": _iso(life.ends_at),
             "cpuCount": _CPU,
             "memoryMB": _MEMORY_MB,
             "diskSizeMB": _DISK_MB,
-            "state": sandbox.state,
+            "state": "paused" if life.paused else "running",
             "envdVersion": ENVD_VERSION,
-            "metadata": sandbox.metadata,
+            "metadata": life.metadata,
+            "lifecycle": {"autoResume": sandbox.auto_resume, "onTimeout": life.on_timeout},
         }
 
     # -- routes
@@ -196,11 +252,25 @@ class Control:
             return e2b_error(400, f"invalid_argument: {exc}")
         try:
             created = await call(
-                self.orchestrator, tenant, "session", "create", policy=policy, env=envs or None
+                self.orchestrator,
+                tenant,
+                "session",
+                "create",
+                policy=policy,
+                env=envs or None,
+                metadata=metadata or None,
             )
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
-        now = utc_now()
+        # What E2B's create asks of the new session beyond sandhold's own create (its network
+        # options; templates and builds hook in here too): each answers None or its refusal,
+        # having destroyed the session.
+        refused = await apply_network(
+            self.orchestrator, tenant, created["session_id"], policy, body
+        )
+        if refused is not None:
+            return refused
+        resume = body.get("autoResume")
         sandbox = E2bSandbox(
             sandbox_id=self.table.new_id(),
             tenant=tenant,
@@ -208,60 +278,85 @@ class Control:
             template=template,
             policy=policy,
             access_token=secrets.token_urlsafe(32),
-            metadata=dict(metadata),
             envs=dict(envs),
-            started_at=now,
-            end_at=now + datetime.timedelta(seconds=timeout),
-            timeout_s=timeout,
-            auto_pause=body.get("autoPause") is True,
+            started_at=utc_now(),
+            auto_resume=isinstance(resume, dict) and resume.get("enabled") is True,
         )
-        self.table.add(sandbox)
+        end_action = "pause" if body.get("autoPause") is True else "end"
+        refused = await self._set_lifetime(sandbox, timeout, end_action)
+        # Started once its end is set, so the end is never more than the timeout after it.
+        sandbox.started_at = utc_now()
+        if refused is None:
+            try:
+                self.table.add(sandbox)
+            except OrchestratorError as exc:
+                refused = refusal(exc)
+        if refused is not None:
+            with contextlib.suppress(ToolCallError):
+                await call(
+                    self.orchestrator,
+                    tenant,
+                    "python_repl",
+                    "destroy",
+                    session_id=sandbox.session_id,
+                )
+            return refused
         return self.created(sandbox)
 
+    async def list_running(self, request: Request) -> Response:
+        """E2B's v1 listing: running sandboxes only, unpaginated (at most ``MAX_LIST_LIMIT``)."""
+        return await self._list(request, default_states="running")
+
     async def list(self, request: Request) -> Response:
+        return await self._list(request, default_states="running,paused")
+
+    async def _list(self, request: Request, *, default_states: str) -> Response:
+        """Newest first (``order=asc``: oldest first), filtered by ``state``, ``metadata``,
+        ``template`` and ``startedAfter`` (inclusive, as E2B's), a page of ``limit`` from after
+        ``nextToken``."""
         tenant = self.tenant(request)
         if tenant is None:
             return e2b_error(401, "Invalid API key")
+        query = request.query_params
         try:
-            limit = _list_limit(request.query_params.get("limit"))
-            after = _from_token(request.query_params.get("nextToken"))
+            limit = _list_limit(query.get("limit"))
+            after = _from_token(query.get("nextToken"))
+            since = _started_after(query.get("startedAfter"))
+            descending = _descending(query.get("order"))
         except InvalidArgumentError as exc:
             return e2b_error(400, f"invalid_argument: {exc}")
-        wanted = _metadata_filter(request.query_params.get("metadata"))
-        states = request.query_params.get("state")
-        allowed = set(states.split(",")) if states else {"running", "paused"}
-        template = request.query_params.get("template")
-        chosen = [
-            sandbox
-            for sandbox in await self._alive_of(tenant)
-            if sandbox.state in allowed
-            and not (template and sandbox.template != template)
-            and all(sandbox.metadata.get(k) == v for k, v in wanted.items())
-            and (after is None or _place(sandbox) > after)
-        ]
-        chosen.sort(key=_place)
-        page = chosen[:limit]
-        headers = {NEXT_TOKEN_HEADER: _token(page[-1])} if len(chosen) > limit else {}
-        return JSONResponse([self.listed(sandbox) for sandbox in page], headers=headers)
-
-    async def _alive_of(self, tenant: str) -> builtins.list[E2bSandbox]:
-        """The tenant's sandboxes whose sessions still exist, in one ``list_sessions``."""
-        listed = await call(self.orchestrator, tenant, "python_repl", "list_sessions")
-        live = {s.get("session_id") for s in listed["sessions"]}
-        alive = []
+        wanted = _metadata_filter(query.get("metadata"))
+        allowed = set((query.get("state") or default_states).split(","))
+        template = query.get("template")
+        chosen: builtins.list[tuple[E2bSandbox, Life]] = []
         for sandbox in self.table.listed(tenant):
-            if sandbox.session_id in live:
-                alive.append(sandbox)
-            else:
-                self.table.remove(sandbox.sandbox_id)
-        return alive
+            session = self.session_of(sandbox)
+            if session is None:
+                continue
+            life = life_of(session)
+            state = "paused" if life.paused else "running"
+            if (
+                state in allowed
+                and not (template and sandbox.template != template)
+                and all(life.metadata.get(k) == v for k, v in wanted.items())
+                and (since is None or sandbox.started_at >= since)
+            ):
+                chosen.append((sandbox, life))
+        chosen.sort(key=lambda pair: _place(pair[0]), reverse=descending)
+        if after is not None:
+            chosen = [
+                p for p in chosen if (_place(p[0]) < after if descending else _place(p[0]) > after)
+            ]
+        page = chosen[:limit]
+        headers = {NEXT_TOKEN_HEADER: _token(page[-1][0])} if len(chosen) > limit else {}
+        return JSONResponse([self.listed(s, life) for s, life in page], headers=headers)
 
     async def get(self, request: Request) -> Response:
         found = await self._sandbox(request)
         if isinstance(found, Response):
             return found
-        _, sandbox = found
-        detail = self.listed(sandbox) | {
+        _, sandbox, session = found
+        detail = self.listed(sandbox, life_of(session)) | {
             "envdAccessToken": sandbox.access_token,
             "trafficAccessToken": sandbox.access_token,
             "domain": None,
@@ -272,72 +367,76 @@ class Control:
         found = await self._sandbox(request)
         if isinstance(found, Response):
             return found
-        tenant, sandbox = found
-        self.table.remove(sandbox.sandbox_id)
+        tenant, sandbox, _ = found
         try:
             await call(
                 self.orchestrator, tenant, "python_repl", "destroy", session_id=sandbox.session_id
             )
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
+        self.table.remove(sandbox.sandbox_id)
         return Response(status_code=204)
 
     async def set_timeout(self, request: Request) -> Response:
         found = await self._sandbox_and_timeout(request, required=True)
         if isinstance(found, Response):
             return found
-        _, sandbox, timeout = found
+        _, sandbox, _, timeout = found
         assert timeout is not None  # required: checked
-        sandbox.set_timeout(timeout)
-        return Response(status_code=204)
+        refused = await self._set_lifetime(sandbox, timeout)
+        return refused or Response(status_code=204)
 
     async def connect(self, request: Request) -> Response:
         found = await self._sandbox_and_timeout(request, required=False)
         if isinstance(found, Response):
             return found
-        tenant, sandbox, timeout = found
-        if sandbox.state == "paused":
+        tenant, sandbox, session, timeout = found
+        if session.paused:
             return await self._resume(tenant, sandbox, timeout)
-        if timeout is not None:
-            # Connecting never shortens a running sandbox's life, as in E2B.
-            wanted = utc_now() + datetime.timedelta(seconds=timeout)
-            sandbox.end_at = max(sandbox.end_at, wanted)
+        life = life_of(session)
+        left = (life.ends_at - utc_now()).total_seconds()
+        # Connecting never shortens a running sandbox's life, as in E2B.
+        if timeout is not None and timeout > left:
+            refused = await self._set_lifetime(sandbox, timeout)
+            if refused is not None:
+                return refused
         return self.created(sandbox, status=200)
 
     async def pause(self, request: Request) -> Response:
         found = await self._sandbox(request)
         if isinstance(found, Response):
             return found
-        tenant, sandbox = found
-        if sandbox.state == "paused":
+        tenant, sandbox, session = found
+        if session.paused:
             return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is already paused")
         try:
             await call(self.orchestrator, tenant, "session", "pause", session_id=sandbox.session_id)
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
-        sandbox.state = "paused"
         return Response(status_code=204)
 
     async def resume(self, request: Request) -> Response:
         found = await self._sandbox_and_timeout(request, required=False)
         if isinstance(found, Response):
             return found
-        tenant, sandbox, timeout = found
-        if sandbox.state != "paused":
+        tenant, sandbox, session, timeout = found
+        if not session.paused:
             return e2b_error(409, f"sandbox {sandbox.sandbox_id!r} is not paused")
         return await self._resume(tenant, sandbox, timeout)
 
     async def _resume(self, tenant: str, sandbox: E2bSandbox, timeout: int | None) -> Response:
-        """The session resumed, and a new lifetime from now: the one asked for, else the last
-        one the sandbox had (its clock stood still while it was paused)."""
+        """The session resumed by the core, which gives it its last lifetime again from now
+        (its clock stood still while it was paused); the one asked for instead, when given."""
         try:
             await call(
                 self.orchestrator, tenant, "session", "resume", session_id=sandbox.session_id
             )
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
-        sandbox.state = "running"
-        sandbox.set_timeout(timeout if timeout is not None else sandbox.timeout_s)
+        if timeout is not None:
+            refused = await self._set_lifetime(sandbox, timeout)
+            if refused is not None:
+                return refused
         return self.created(sandbox)
 
     async def metrics(self, request: Request) -> Response:
@@ -347,7 +446,7 @@ class Control:
         found = await self._sandbox(request)
         if isinstance(found, Response):
             return found
-        tenant, sandbox = found
+        tenant, sandbox, _ = found
         try:
             figures = await call(
                 self.orchestrator, tenant, "session", "metrics", session_id=sandbox.session_id
@@ -406,9 +505,15 @@ def _check_create(timeout: Any, metadata: Any, envs: Any, body: dict[str, Any]) 
         return "MCP servers in a sandbox are not supported by sandhold"
     if not isinstance(body.get("autoPause", False), bool):
         return "autoPause must be true or false"
+    # E2B's "keep memory" (true: a full pause) or not (filesystem only): a frozen container
+    # keeps its memory either way, which is at least what was asked.
+    if not isinstance(body.get("autoPauseMemory", True), bool):
+        return "autoPauseMemory must be true or false"
     resume = body.get("autoResume")
-    if isinstance(resume, dict) and resume.get("enabled"):
-        return "auto-resume is not supported by sandhold: resume with connect()"
+    if resume is not None and not (
+        isinstance(resume, dict) and isinstance(resume.get("enabled", False), bool)
+    ):
+        return "autoResume must be an object with enabled true or false"
     return _check_timeout(timeout)
 
 
@@ -420,9 +525,28 @@ def _list_limit(raw: str | None) -> int:
     return int(raw)
 
 
+def _started_after(raw: str | None) -> datetime.datetime | None:
+    if not raw:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(raw[:64].replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgumentError("startedAfter must be an ISO 8601 time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
+def _descending(raw: str | None) -> bool:
+    if raw in (None, "", "desc"):
+        return True
+    if raw == "asc":
+        return False
+    raise InvalidArgumentError("order must be asc or desc")
+
+
 def _place(sandbox: E2bSandbox) -> tuple[str, str]:
-    """Where a sandbox stands in a listing: by start, then id (unique)."""
-    return _iso(sandbox.started_at), sandbox.sandbox_id
+    """Where a sandbox stands in a listing: by start (to the microsecond, so the text sorts as
+    the time does), then id (unique)."""
+    return sandbox.started_at.strftime("%Y-%m-%dT%H:%M:%S.%f"), sandbox.sandbox_id
 
 
 def _token(sandbox: E2bSandbox) -> str:
