@@ -44,12 +44,15 @@ def settings_of(session: Session) -> SessionSettings:
 def restore_settings(session: Session, settings: SessionSettings | None) -> None:
     """A re-adopted session given its stored settings back. An end that passed while no
     orchestrator held it comes at the reaper's next round (it ends the session, or pauses it
-    when that is its end action)."""
+    when that is its end action). One its end had paused (no end kept) runs again, as
+    re-adoption thaws every container: as a resume does, that gives it its lifetime again."""
     if settings is None:
         return
     session.metadata = dict(settings.metadata)
     if settings.ends_at is not None:
         session.ends_at = time.monotonic() + (settings.ends_at - time.time())
+    elif settings.end_action == "pause" and settings.lifetime_s is not None:
+        session.ends_at = time.monotonic() + settings.lifetime_s
     session.lifetime_s = settings.lifetime_s
     if settings.end_action == "pause":
         session.lifetime_end_action = "pause"

@@ -184,3 +184,42 @@ def test_a_hand_edited_e2b_row_is_a_registry_error(registry: Registry) -> None:
     registry.db.execute("UPDATE e2b_sandboxes SET options_json = '[1]'")
     with pytest.raises(RegistryError):
         registry.e2b("sbx1")
+
+
+def test_settings_go_through_the_registry_and_back_onto_a_session() -> None:
+    """``settings_of`` and ``restore_settings`` (``_core.session_table``): an end kept on the
+    wall clock comes back on the monotonic one; a session its end had paused (no end kept)
+    comes back with its lifetime again, as a resume would give it."""
+    import time
+    from types import SimpleNamespace
+    from typing import Any
+
+    from orchestrator._core.session_table import restore_settings, settings_of
+
+    before: Any = SimpleNamespace(
+        metadata={"k": "v"},
+        ends_at=time.monotonic() + 100.0,
+        lifetime_s=100.0,
+        lifetime_end_action="pause",
+    )
+    kept = settings_of(before)
+    assert kept.end_action == "pause" and kept.ends_at is not None
+    assert abs(kept.ends_at - (time.time() + 100.0)) < 1.0
+    after: Any = SimpleNamespace(
+        metadata={}, ends_at=None, lifetime_s=None, lifetime_end_action="end"
+    )
+    restore_settings(after, kept)
+    assert after.metadata == {"k": "v"} and after.lifetime_end_action == "pause"
+    assert abs(after.ends_at - before.ends_at) < 1.0
+
+    paused: Any = SimpleNamespace(
+        metadata={}, ends_at=None, lifetime_s=None, lifetime_end_action="end"
+    )
+    restore_settings(paused, SessionSettings(ends_at=None, lifetime_s=30.0, end_action="pause"))
+    assert 25.0 < paused.ends_at - time.monotonic() <= 30.0
+
+    untouched: Any = SimpleNamespace(
+        metadata={}, ends_at=None, lifetime_s=None, lifetime_end_action="end"
+    )
+    restore_settings(untouched, None)  # a session of a version-1 registry
+    assert untouched.ends_at is None and untouched.lifetime_end_action == "end"
