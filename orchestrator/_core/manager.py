@@ -1,7 +1,9 @@
-"""The session manager: sessions, who owns them, their pools; its parts are objects given what
-they need: the reaper (``reaper``), pausing (``pausing``), the sessions' networks (``networking``),
-the reconcile (``reconciler``), snapshots (``snapshots``). The python_repl operations on its
-sessions are ``repl_operations``', a subclass of it.
+"""The session manager: it creates, finds, owns, turns and ends sessions, and wires its parts,
+objects given what they need: making sessions (``session_builder``), the warm pools
+(``warm_pools``), policies and templates (``catalogs``), the reaper (``reaper``), pausing
+(``pausing``), the sessions' networks (``networking``), owner tasks (``owner_control``), the
+reconcile (``reconciler``), snapshots (``snapshots``). The python_repl operations on its sessions
+are ``repl_operations``', a subclass of it.
 
 Invariants: a session id is visible only to its owner (``owners``), and an unknown id and another
 owner's id raise the same ``SessionNotFoundError``; a session is created whole (container and
