@@ -38,12 +38,20 @@ def test_steps_build_a_template_that_then_exists_with_its_logs(
 ) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "hello.txt").write_text("hello from the host\n")
+    (tmp_path / "data" / "link.txt").symlink_to("hello.txt")  # a link stays a link
+    (tmp_path / "data" / "away.txt").symlink_to("/etc/hostname")  # even one leaving the upload
     template = (
         Template(file_context_path=str(tmp_path))
         .from_template("base")
         .set_envs({"GREETING": "hi there"})
         .copy("data/hello.txt", "/opt/e2b/hello.txt")
         .run_cmd('test "$(cat /opt/e2b/hello.txt)" = "hello from the host"')
+        .copy("data/*", "all", user="sandbox")  # a glob, into a folder of the working directory
+        .run_cmd(
+            'test "$(readlink all/link.txt)" = hello.txt && test "$(cat all/link.txt)" = '
+            '"hello from the host" && test "$(readlink all/away.txt)" = /etc/hostname && '
+            'test "$(stat -c %U all/hello.txt)" = sandbox'
+        )
         .run_cmd('test "$(id -u)" = 0')  # steps run as root unless told
         .run_cmd('test "$(id -un)" = sandbox && test "$GREETING" = "hi there"', user="sandbox")
         .make_symlink("/opt/e2b/hello.txt", "/opt/e2b/link.txt")
@@ -55,6 +63,7 @@ def test_steps_build_a_template_that_then_exists_with_its_logs(
     assert built.tags == ["v1"]
     assert Template.exists("steps")
     assert not Template.exists("never-built")
+    assert Template.exists("base")  # this server's own
     said = [entry.message for entry in logs]
     assert any("[sandhold] building steps over base" in line for line in said), said
     assert any(line.endswith("ready") for line in said), said

@@ -65,7 +65,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.http import CALLER_SCOPE_KEY, MAX_BODY_BYTES, Caller
 from orchestrator.http.e2b._errors import e2b_error
 from orchestrator.images.template_build import TEMPLATE_BUILD_TIMEOUT, ensure_template_image
-from orchestrator.images.templates import BASE, Template, TemplateCatalog
+from orchestrator.images.templates import BASE, MAX_CONTEXT_FILES, Template, TemplateCatalog
 
 __all__ = ["UPLOAD_PREFIX", "TemplateBuilds", "upload_tenant"]
 
@@ -97,6 +97,29 @@ _APT: Final = re.compile(
     r"-y (?:--no-install-recommends )?(?:--fix-missing )?(?P<packages>[a-z0-9][a-z0-9.+ -]*)$"
 )
 _PIP: Final = re.compile(r"^pip3? install\b")
+_COPY_ROOT: Final = "/opt/sandhold-e2b-copy"  # in the image being built
+# Docker's COPY of ``source`` (a path or a glob, relative to the upload) to ``target`` (relative
+# to the working directory): a folder's contents, several matches or a target ending in "/" go
+# into the target folder, one file becomes the target; then owner and mode, and the upload goes.
+_COPY: Final = r"""set -e
+root=$1 src=$2 dest=$3 owner=$4 mode=$5
+case $dest in /*) ;; *) dest=$PWD/$dest ;; esac
+cd "$root"
+set -- $src
+[ -e "$1" ] || [ -L "$1" ] || { echo "copy: $src matches nothing in the upload" >&2; exit 1; }
+if [ $# -eq 1 ] && [ ! -d "$1" ] && [ "${dest%/}" = "$dest" ] && [ ! -d "$dest" ]; then
+  mkdir -p "$(dirname "$dest")"; cp -a --no-preserve=ownership "$1" "$dest"
+else
+  mkdir -p "$dest"
+  for m in "$@"; do
+    if [ -d "$m" ] && [ ! -L "$m" ]; then cp -a --no-preserve=ownership "$m"/. "$dest"/
+    else cp -a --no-preserve=ownership "$m" "$dest"/; fi
+  done
+fi
+[ -z "$owner" ] || chown -R "$owner" "$dest"
+[ -z "$mode" ] || chmod -R "$mode" "$dest"
+rm -rf "$root"
+"""
 # The sandbox user every session runs as, and where it starts.
 _SANDBOX_USER: Final = "10001:10001"
 _WORKDIR: Final = "/workspace"
@@ -262,13 +285,20 @@ def plan_layers(steps: Any) -> list[Layer]:
             if ".." in Path(source).parts:
                 raise BuildRefused("template_step", f"step {index}: {source!r} leaves the context")
             target = _one_line(args[1], "a COPY target")
-            owner = f"--chown={_user(args[2])} " if len(args) > 2 and args[2] else ""
-            lines.append(f"COPY {owner}{json.dumps([f'files/{digest}/{source}', target])}")
-            if len(args) > 3 and args[3]:
-                mode = args[3]
-                if not re.match(r"^[0-7]{3,4}$", mode):
-                    raise BuildRefused("template_step", f"step {index}: {mode!r} is no mode")
-                lines.append(f"RUN {json.dumps(['chmod', '-R', mode, target])}")
+            owner = _user(args[2]) if len(args) > 2 and args[2] else ""
+            mode = args[3] if len(args) > 3 and args[3] else ""
+            if mode and not re.match(r"^[0-7]{3,4}$", mode):
+                raise BuildRefused("template_step", f"step {index}: {mode!r} is no mode")
+            # The upload is added as the tar it is (the engine unpacks it in the image, links
+            # as links), then copied as Docker's COPY would: as root, then back to the user.
+            unpacked = f"{_COPY_ROOT}/{digest}"
+            lines += [
+                "USER 0:0",
+                f"ADD {json.dumps([f'files/{digest}.tar', unpacked + '/'])}",
+                "RUN " + json.dumps(["/bin/sh", "-c", _COPY, "copy", unpacked, source, target,
+                                     owner, mode]),
+                f"USER {user}",
+            ]  # fmt: skip
             files.append(digest)
         else:
             raise BuildRefused(
@@ -295,9 +325,9 @@ def _layer_templates(parent: str, layers: list[Layer], uploads: Path) -> list[Te
             if not context.exists():
                 (context / "files").mkdir(parents=True)
                 for files_hash in layer.files:
-                    unpacked = uploads / "unpacked" / files_hash
-                    if unpacked.exists():
-                        shutil.copytree(unpacked, context / "files" / files_hash, symlinks=True)
+                    upload = uploads / "tars" / f"{files_hash}.tar"
+                    if upload.exists():
+                        shutil.copyfile(upload, context / "files" / f"{files_hash}.tar")
             text = "ARG SANDHOLD_PARENT\nFROM ${SANDHOLD_PARENT}\n" + "\n".join(layer.lines)
             text += f"\nUSER {_SANDBOX_USER}\nWORKDIR {_WORKDIR}\n"
             made.append(Template(name, "an E2B build", parent, dockerfile=text.encode(),
@@ -306,18 +336,23 @@ def _layer_templates(parent: str, layers: list[Layer], uploads: Path) -> list[Te
     return made
 
 
-def _unpack(data: bytes, into: Path) -> None:
-    """An upload's tar (gzip or not) into ``into``: regular files, folders and symlinks within
-    it only; anything else, or a path leaving it, is refused."""
+def _check_tar(data: bytes) -> None:
+    """An upload is a tar (gzip or not) of files, folders and links with relative names that
+    stay within it, at most ``MAX_CONTEXT_FILES`` entries. Nothing is unpacked on this host:
+    the engine unpacks it inside the image being built (``ADD``)."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            for member in archive.getmembers():
-                if not (member.isfile() or member.isdir() or member.issym()):
-                    raise BuildRefused("template_files", f"{member.name!r}: not a file or folder")
-            # The "data" filter refuses absolute paths, ".." and links leaving ``into``.
-            archive.extractall(into, filter="data")
-    except (tarfile.TarError, OSError) as exc:
+            members = archive.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as exc:
         raise BuildRefused("template_files", f"the upload is not a tar archive: {exc}") from None
+    if len(members) > MAX_CONTEXT_FILES:
+        raise BuildRefused("template_files", f"an upload holds at most {MAX_CONTEXT_FILES} files")
+    for member in members:
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise BuildRefused("template_files", f"{member.name!r}: not a file, folder or link")
+        path = Path(member.name)
+        if path.is_absolute() or ".." in path.parts:
+            raise BuildRefused("template_files", f"{member.name!r} leaves the upload")
 
 
 class TemplateBuilds:
@@ -412,6 +447,9 @@ class TemplateBuilds:
         if tenant is None:
             return e2b_error(401, "Invalid API key")
         name = request.path_params["name"]
+        shipped = IMAGE_ALIASES.get(name, name)
+        if shipped in self.orchestrator.templates().templates and not shipped.startswith("e2b-"):
+            return JSONResponse({"templateID": name, "public": True})  # one of this server's
         template = self._named(tenant, name)
         if template is None or not any(b.status == "ready" for b in template.builds.values()):
             return e2b_error(404, f"template '{name}' not found")
@@ -427,7 +465,7 @@ class TemplateBuilds:
             return e2b_error(404, "template not found")
         if not _HASH.match(files_hash):
             return e2b_error(400, "template_files: a files hash is 64 hex digits")
-        if (self.uploads / "unpacked" / files_hash).exists():
+        if (self.uploads / "tars" / f"{files_hash}.tar").exists():
             return JSONResponse({"present": True}, status_code=201)
         if len(_UPLOADS) >= MAX_PENDING_UPLOADS:
             _UPLOADS.pop(next(iter(_UPLOADS)))  # the oldest link lapses
@@ -454,19 +492,15 @@ class TemplateBuilds:
             return e2b_error(
                 413, f"template_files: a tenant's uploads total {MAX_UPLOADS_BYTES} bytes"
             )
-        target = self.uploads / "unpacked" / files_hash
-        staging = self.uploads / "staging" / secrets.token_hex(8)
-        staging.mkdir(parents=True)
         try:
-            await anyio.to_thread.run_sync(_unpack, bytes(data), staging)
+            await anyio.to_thread.run_sync(_check_tar, bytes(data))
         except BuildRefused as exc:
-            shutil.rmtree(staging, ignore_errors=True)
             return e2b_error(400, f"{exc.error_type}: {exc}")
+        target = self.uploads / "tars" / f"{files_hash}.tar"
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
-            staging.rename(target)
+        staging = target.with_suffix(f".{secrets.token_hex(8)}")
+        staging.write_bytes(data)
+        staging.replace(target)  # whole or not at all
         self.upload_bytes[tenant] = used
         return Response(status_code=200)
 
