@@ -72,10 +72,9 @@ E2B_ANSWERS = (
     NotFoundException,
     RateLimitException,
 )
-# Whether E2B sandbox ids outlive a restart of serve (kept in the registry). Until they do, a
-# sandbox made before the kill may be unknown after it (E2B's not-found) — but never hang,
-# never be found reset.
-E2B_IDS_SURVIVE_A_RESTART = False
+# E2B sandbox ids outlive a restart of serve (kept in the registry): an idle sandbox made
+# before the kill is found after it; a busy one may be lost with its session, never reset.
+E2B_IDS_SURVIVE_A_RESTART = True
 
 
 @dataclass
