@@ -87,7 +87,7 @@ def register(only: str | None = None) -> typer.Typer:
 
 
 def _migrate_data_dir() -> None:
-    from orchestrator._core.data_dir import migrate_legacy_data_dir
+    from orchestrator._core import migrate_legacy_data_dir
 
     try:
         moved = migrate_legacy_data_dir()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core import OrchestratorConfig
 
 if TYPE_CHECKING:
     from orchestrator.backend.docker import DockerClient

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from orchestrator._core.call_context import current_call
+from orchestrator._core import current_call
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: Final = ("text", "json")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator._core.limits import DEFAULT_POOL_IDLE, DEFAULT_SERVE_POOL, MAX_POOL_SIZE
+from orchestrator._core import DEFAULT_POOL_IDLE, DEFAULT_SERVE_POOL, MAX_POOL_SIZE
 
 __all__ = ["DEFAULT_POOL_IDLE", "PoolIdleOption", "PoolOption"]
 

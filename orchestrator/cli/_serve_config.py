@@ -40,11 +40,10 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator._core.config import BackendConfig, OrchestratorConfig
-from orchestrator._core.limits import DEFAULT_POOL_IDLE, MAX_POOL_SIZE
+from orchestrator._core import DEFAULT_POOL_IDLE, MAX_POOL_SIZE, BackendConfig, OrchestratorConfig
 from orchestrator.errors import ConfigFileError, InvalidArgumentError
 from orchestrator.http import HttpLimitsConfig
-from orchestrator.policy._validation import first_problem
+from orchestrator.policy import first_problem
 
 __all__ = ["ServeSettings", "load_config_file", "resolve_settings"]
 

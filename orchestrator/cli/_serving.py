@@ -23,9 +23,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator._api import Orchestrator
-from orchestrator._core.config import OrchestratorConfig
-from orchestrator._core.data_dir import data_dir
-from orchestrator._core.tenants import LOCAL_KEY_FILE, LOCAL_TENANT, TenantKeys, local_tenant
+from orchestrator._core import (
+    LOCAL_KEY_FILE,
+    LOCAL_TENANT,
+    OrchestratorConfig,
+    TenantKeys,
+    data_dir,
+    local_tenant,
+)
 from orchestrator.cli._common import stderr
 from orchestrator.cli._logging import LogFormat, uvicorn_log_config
 from orchestrator.cli._serve_config import ServeSettings

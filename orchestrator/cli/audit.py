@@ -29,7 +29,7 @@ def audit_verify(
 ) -> None:
     """Check every record's hash, sequence number and link to the one before it; exit 1 and
     name each problem (segment file, line, seq) if any."""
-    from orchestrator.audit._log import verify
+    from orchestrator.audit.verify import verify
 
     with reported_errors():
         report = verify(path, expect_head=head)

@@ -46,7 +46,7 @@ def resolve_key(key: str | None) -> str:
     tenant."""
     if key:
         return key
-    from orchestrator._core.tenants import LOCAL_KEY_FILE, data_dir, local_key
+    from orchestrator._core import LOCAL_KEY_FILE, data_dir, local_key
 
     directory = data_dir()
     if not (directory / LOCAL_KEY_FILE).exists():  # never make a key a server does not know

@@ -19,7 +19,7 @@ from orchestrator.cli._common import reported_errors, stderr, stdout, until_term
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator._core import OrchestratorConfig
     from orchestrator.images import BuildProgress, ImageBuildResult
     from orchestrator.images.listing import TemplateRow
     from orchestrator.images.prune import PruneResult

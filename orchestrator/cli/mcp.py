@@ -41,7 +41,7 @@ from orchestrator.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from orchestrator._api import Orchestrator
-    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator._core import OrchestratorConfig
     from orchestrator.mcp_server.handshake import EarlyAnswer
     from orchestrator.tools import ToolResult
 
@@ -124,7 +124,7 @@ def mcp(
 def _serving(
     policy: str | None, early: EarlyAnswer, pool: int | None, pool_idle: float, tools: str
 ) -> Callable[[], Awaitable[None]]:
-    from orchestrator._core.config import OrchestratorConfig
+    from orchestrator._core import OrchestratorConfig
     from orchestrator.policy.model import load_policy
     from orchestrator.tools import tool_set
 

@@ -49,10 +49,10 @@ from typing import Annotated, Literal
 
 import typer
 
-from orchestrator._core.limits import DEFAULT_MAX_SESSIONS
+from orchestrator._core import DEFAULT_MAX_SESSIONS
 from orchestrator.cli._logging import LogFormat
 from orchestrator.cli._pool_options import DEFAULT_POOL_IDLE, PoolIdleOption, PoolOption
-from orchestrator.http._limits import HttpLimitsConfig
+from orchestrator.http import HttpLimitsConfig
 
 __all__ = ["serve"]
 

@@ -34,7 +34,7 @@ def ps(
     """List every sandhold session container on this engine: owner, policy, age, memory."""
     from rich.table import Table
 
-    from orchestrator._core.data_dir import data_dir
+    from orchestrator._core import data_dir
     from orchestrator.registry.store import read_owners
 
     with reported_errors():
@@ -69,7 +69,7 @@ def kill(
 
 
 async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[FleetEntry]:
-    from orchestrator._core.engines import open_backend
+    from orchestrator._core import open_backend
     from orchestrator.registry.fleet import list_fleet
 
     # Docker 20.10 answers a one-shot stats at its collector's next tick, about a second: asked
@@ -82,7 +82,7 @@ async def _with_backend_list(owners: dict[str, tuple[str, str | None]]) -> list[
 
 
 async def _with_backend_kill(session_id: str) -> int:
-    from orchestrator._core.engines import open_backend
+    from orchestrator._core import open_backend
     from orchestrator.registry.fleet import kill_session
 
     backend = open_backend()

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator._core.data_dir import TENANTS_FILE, data_dir
+from orchestrator._core import TENANTS_FILE, data_dir
 from orchestrator.cli._common import reported_errors, stdout
 from orchestrator.errors import InvalidArgumentError
 
@@ -65,7 +65,7 @@ def tenant_add(
     tenants: TenantsOption = None,
 ) -> None:
     """Add a tenant (or, with --operator, an operator) with a new API key, printed once."""
-    from orchestrator._core.tenant_admin import add_operator, add_tenant, parse_quotas
+    from orchestrator._core import add_operator, add_tenant, parse_quotas
 
     path = tenants or default_tenants_file()
     if operator:
@@ -97,7 +97,7 @@ def tenant_rotate(
 ) -> None:
     """Give a tenant (or an operator) a new API key, printed once; the old one stops working
     once serve reloads (SIGHUP) or restarts."""
-    from orchestrator._core.tenant_admin import rotate_key
+    from orchestrator._core import rotate_key
 
     path = tenants or default_tenants_file()
     with reported_errors():
@@ -112,7 +112,7 @@ def tenant_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The tenants: names, policies, quotas and egress caps (never keys); and the operators."""
-    from orchestrator._core.tenant_admin import read_operators, read_tenants
+    from orchestrator._core import read_operators, read_tenants
 
     path = tenants or default_tenants_file()
     with reported_errors():

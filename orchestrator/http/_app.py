@@ -18,8 +18,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
 from orchestrator._api import Orchestrator
-from orchestrator._core.call_context import new_call_id
-from orchestrator._core.tenants import TenantKeys
+from orchestrator._core import TenantKeys, new_call_id
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http._auth import TENANT_SCOPE_KEY, current_tenant
 from orchestrator.http._bodies import MAX_BODY_BYTES, BodyLimits

@@ -28,8 +28,8 @@ from typing import Any, Final
 
 from starlette.types import Scope, Send
 
-from orchestrator._core.metrics import Metrics
-from orchestrator.audit._log import AuditLog
+from orchestrator._core import Metrics
+from orchestrator.audit import AuditLog
 from orchestrator.errors import OrchestratorError
 from orchestrator.http._limits import MAX_TRACKED_CLIENTS, Budgets
 from orchestrator.http._statuses import RATE_LIMITED, UNAUTHENTICATED

@@ -33,9 +33,8 @@ from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator._core.metrics import Metrics
-from orchestrator._core.tenants import TenantKeys, hash_key
-from orchestrator.audit._log import AuditLog
+from orchestrator._core import Metrics, TenantKeys, hash_key
+from orchestrator.audit import AuditLog
 from orchestrator.errors import OrchestratorError, PolicyViolationError, QuotaExceededError
 from orchestrator.http._auth import (
     TENANT_SCOPE_KEY,

@@ -36,10 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from orchestrator._api import Orchestrator
-from orchestrator._core.metrics import CONTENT_TYPE
-from orchestrator._core.owners import check_task, task_scope
-from orchestrator._core.readiness import OK, UNCHECKED
-from orchestrator._core.tenants import TenantKeys
+from orchestrator._core import CONTENT_TYPE, OK, UNCHECKED, TenantKeys, check_task, task_scope
 from orchestrator.audit.recent import RECENT_PER_TENANT
 from orchestrator.errors import InvalidArgumentError
 from orchestrator.http._front import CALLER_SCOPE_KEY, Caller

@@ -1,12 +1,16 @@
 """The folder tree is the layer diagram, and the imports keep to it: each package imports only
-the layers below it (TYPE_CHECKING imports included), nothing outside ``backend/docker/`` touches
-the docker SDK or a private backend module, the in-container worker imports only the standard
-library (and psutil, which its image carries), and every public module declares ``__all__``."""
+the layers below it (TYPE_CHECKING imports included), the interfaces through the faces of the
+packages below them, no module round a circle of imports, nothing outside ``backend/docker/``
+touches the docker SDK or a private backend module, the in-container worker imports only the
+standard library (and psutil, which its image carries), and every public module declares
+``__all__``."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -44,6 +48,8 @@ ALLOWED: dict[str, set[str]] = {
     # from), the policy model and the HTTP front's statuses; nothing imports it.
     "docs_reference": {"policy", "session", "_core", "tools", "http"},
 }
+# On top, each may import any part below, through its face only (``orchestrator._core``, not
+# ``orchestrator._core.tenants``): a package's private modules are its own to move.
 INTERFACES = {"cli", "http", "mcp_server", "__init__", "__main__"}
 
 
@@ -103,6 +109,66 @@ def test_every_allowed_edge_is_used() -> None:
         if (here, there) not in used
     ]
     assert unused == []
+
+
+def _imported_modules(path: Path) -> list[tuple[str, list[str]]]:
+    """Each module ``path`` imports, with the names it takes from it (none for ``import m``)."""
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def _behind_a_face(module: str, names: list[str]) -> bool:
+    """Whether an import from another part goes through that part's face: a module with no
+    private part below the top one (``orchestrator._core`` and ``orchestrator.images.listing``
+    are faces, ``orchestrator._core.tenants`` and ``orchestrator.audit._log`` are not), and no
+    private name taken from it."""
+    parts = module.split(".")[1:]
+    private_package = parts[0].startswith("_") and len(parts) > 1
+    private_below = any(part.startswith("_") for part in parts[1:])
+    return not (private_package or private_below or any(n.startswith("_") for n in names))
+
+
+def test_interfaces_reach_other_parts_only_through_their_faces() -> None:
+    wrong = []
+    for name, path in _modules():
+        here = _part(name)
+        if here not in INTERFACES:
+            continue
+        for module, names in _imported_modules(path):
+            if not module.startswith("orchestrator.") or _part(module) == here:
+                continue
+            if not _behind_a_face(module, names):
+                wrong.append(f"{name} -> {module} {names}")
+    assert wrong == []
+
+
+# The faces the interfaces go through that are packages of private modules: each exports a
+# sorted ``__all__`` (constants, classes, functions: ruff's RUF022) of names that resolve to what
+# they name (a lazy face must not hand out a submodule of the same name).
+PRIVATE_FACES = ("orchestrator._core", "orchestrator.client")
+
+
+@pytest.mark.parametrize("face", PRIVATE_FACES)
+def test_a_face_exports_a_sorted_all_whose_every_name_resolves(face: str) -> None:
+    module = importlib.import_module(face)
+    exported = list(module.__all__)
+    assert exported == sorted(exported, key=lambda n: (not n.isupper(), not n[:1].isupper(), n))
+    for name in exported:
+        assert not isinstance(getattr(module, name), types.ModuleType), name
+
+
+def test_the_manager_face_exports_what_the_parts_above_it_use() -> None:
+    used: set[str] = set()
+    for name, path in _modules():
+        if not name.startswith("orchestrator._core"):
+            for module, names in _imported_modules(path):
+                used |= set(names) if module == "orchestrator._core" else set()
+    assert sorted(used) == sorted(importlib.import_module("orchestrator._core").__all__)
 
 
 def _module_graph() -> dict[str, set[str]]:

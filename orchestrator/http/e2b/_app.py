@@ -21,7 +21,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
-from orchestrator._core.tenants import TenantKeys
+from orchestrator._core import TenantKeys
 from orchestrator.errors import OrchestratorError
 from orchestrator.http import MAX_BODY_BYTES, Front, FrontDoor, HttpLimitsConfig
 from orchestrator.http.e2b._codec import ENVD_JSON_CODEC

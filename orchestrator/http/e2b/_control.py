@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator._core.session_control import check_metadata, lifetime_end
+from orchestrator._core import check_metadata, lifetime_end
 from orchestrator.errors import InvalidArgumentError, OrchestratorError
 from orchestrator.http import CALLER_SCOPE_KEY, E2B_STATUS, Caller, status_for
 from orchestrator.http.e2b._errors import e2b_error, status_of

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from starlette.types import Scope
 
-from orchestrator._core.tenants import TenantKeys
+from orchestrator._core import TenantKeys
 from orchestrator.http import E2B_STATUS, Caller, JsonBody, Role, Surface
 from orchestrator.http.e2b._sandboxes import SandboxTable
 from orchestrator.http.e2b._signed import as_sandbox_request
