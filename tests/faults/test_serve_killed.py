@@ -2,8 +2,8 @@
 flight, then a restart on the same data directory: every idle session is re-adopted with its
 state; each session a call was running in is intact (its variable or file as before the calls,
 or as after some of them) or reported lost (``session_lost``; E2B's not-found), never silently
-reset; an E2B call on a sandbox made before the kill answers within its bound, never hangs; the
-audit log names the calls that had no recorded end.
+reset; E2B's ``Sandbox.connect`` finds a sandbox made before the kill, every E2B call answers
+within its bound; the audit log names the calls that had no recorded end.
 """
 
 from __future__ import annotations
@@ -72,9 +72,6 @@ E2B_ANSWERS = (
     NotFoundException,
     RateLimitException,
 )
-# E2B sandbox ids outlive a restart of serve (kept in the registry): an idle sandbox made
-# before the kill is found after it; a busy one may be lost with its session, never reset.
-E2B_IDS_SURVIVE_A_RESTART = True
 
 
 @dataclass
@@ -233,16 +230,16 @@ async def _rest_sessions_after(http: httpx.AsyncClient, sids: list[str]) -> None
 
 
 async def _sandboxes_after(server: E2bServe, key: str, ids: list[str]) -> None:
-    """Each sandbox made before the kill, through E2B's SDK: found with its file and as many
-    lines as commands ran (none to all), or not found; every call bounded."""
+    """Each sandbox made before the kill, through E2B's SDK (its id is kept in the registry):
+    an idle one is found with its file; a busy one with its file and as many lines as commands
+    ran (none to all), or not found (lost with its session); every call bounded."""
     for n, sandbox_id in enumerate(ids):
         with anyio.fail_after(CALL_TIMEOUT):
             try:
                 sandbox = await AsyncSandbox.connect(sandbox_id, **_e2b_options(server, key))
             except NotFoundException:
-                lost_allowed = n >= IDLE_SANDBOXES or not E2B_IDS_SURVIVE_A_RESTART
-                assert lost_allowed, f"idle sandbox {sandbox_id} not found after the restart"
-                continue
+                assert n >= IDLE_SANDBOXES, f"idle sandbox {sandbox_id} not found after restart"
+                continue  # lost with its session, and said so
             seen = await sandbox.commands.run("cat state; cat count 2>/dev/null | wc -l")
         state, lines = seen.stdout.split()
         assert state == f"e2b-{n}", (sandbox_id, seen.stdout)  # never a fresh filesystem
