@@ -89,6 +89,14 @@ def test_a_background_build_is_polled_to_ready(server: E2bServer) -> None:
     assert any("[sandhold]" in line for line in seen)
 
 
+def test_apt_install_is_a_layer_of_debian_packages_fetched_on_the_host(server: E2bServer) -> None:
+    template = Template().from_template("base").apt_install("jq").run_cmd("jq --version")
+    logs: list[LogEntry] = []
+    Template.build(template, "with-jq", on_build_logs=logs.append)
+    assert Template.exists("with-jq")
+    assert any("jq" in entry.message for entry in logs)
+
+
 @pytest.mark.parametrize(
     ("template", "refusal"),
     [

@@ -557,7 +557,7 @@ class TemplateBuilds:
         raise BuildRefused(
             "image_not_found",
             f"{wanted!r} is not an image or template on this server, and sandhold pulls no "
-            f"images: build from one of {', '.join(sorted([*IMAGE_ALIASES, *catalog.names()]))} "
+            f"images: build from one of {', '.join(sorted({*IMAGE_ALIASES, *catalog.names()}))} "
             "or a template of yours",
         )
 
