@@ -82,9 +82,21 @@ function withRequires(code) {
     return indent + (parts.length ? 'var ' + parts.join(', ') + ';' : source + ';');
   });
 }
+// A cell indented as a whole (pasted from inside a block) runs as if it were not, so that its
+// last line can be its value.
+function dedent(code) {
+  const lines = code.split('\n');
+  const indents = lines.filter((line) => line.trim()).map((line) => /^[ \t]*/.exec(line)[0]);
+  if (indents.length === 0) return code;
+  let common = indents[0];
+  for (const indent of indents) {
+    while (!indent.startsWith(common)) common = common.slice(0, -1);
+  }
+  return common ? lines.map((line) => line.slice(common.length)).join('\n') : code;
+}
 async function evaluate(source) {
   const options = { filename: FILENAME };
-  const code = transform(source);
+  const code = transform(dedent(source));
   let value;
   try {
     value = vm.runInContext(code, context, options);

@@ -123,3 +123,5 @@ def test_import_lines_run_as_requires_and_a_string_is_shown_as_its_text(kernel: 
     assert imported["results"] == [{"text/plain": "function/function", "is_main_result": True}]
     assert kernel.execute("typeof read")["result_repr"] == "'function'"
     assert kernel.execute("await Promise.resolve('done')")["results"][0]["text/plain"] == "done"
+    indented = kernel.execute("\n    const base = 40\n    await Promise.resolve(base + 2)\n    ")
+    assert indented["result_repr"] == "42", indented
