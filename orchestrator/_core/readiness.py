@@ -34,6 +34,9 @@ async def readiness(
     else:
         checks["image"] = await _bounded(lambda: _image_present(images, image))
     checks["registry"] = await _bounded(_writer(registry))
+    # A backend's own (kubernetes: whether the nodes honour the seccomp profile Pods get).
+    for name, check in getattr(backend, "readiness_checks", lambda _: {})(image).items():
+        checks[name] = await _bounded(check)
     return checks
 
 

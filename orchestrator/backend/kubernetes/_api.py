@@ -2,7 +2,7 @@
 list, delete, watch), over one ``httpx2`` client, with the API server's answers translated in
 this one place: 404 is ``ContainerNotFoundError``, a refused connection or a timeout
 ``BackendUnavailableError``, any other failure (409 included: a Pod of that name exists)
-``BackendError`` carrying the ``Status`` message.
+``ApiError`` (a ``BackendError``) carrying the ``Status``'s code, reason and message.
 """
 
 from __future__ import annotations
@@ -17,13 +17,24 @@ import httpx2
 from orchestrator.backend.kubernetes._settings import ClusterConnection
 from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
 
-__all__ = ["ApiClient"]
+__all__ = ["ApiClient", "ApiError", "checked"]
 
 # A REST call to the API server is milliseconds; past this it is in trouble (etcd, most often).
 REQUEST_TIMEOUT = 30.0
 # A watch stays open until the server ends it (it does after a few minutes) or we stop reading.
 WATCH_TIMEOUT_S = 300
 HINT = "check the kubeconfig and that the API server answers (docs/kubernetes.md)"
+
+
+class ApiError(BackendError):
+    """The API server refused a call: its HTTP status and the ``Status``'s ``reason``
+    (``AlreadyExists``, ``Forbidden``, ``Invalid``, ``Expired``...), for callers that act on
+    one (a probe Pod that exists already)."""
+
+    def __init__(self, message: str, *, status: int, reason: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
 
 
 class ApiClient:
@@ -57,7 +68,7 @@ class ApiClient:
             raise BackendUnavailableError(
                 f"the API server does not answer: {exc}", hint=HINT
             ) from None
-        return _checked(answer.status_code, answer.content, f"{method} {path}")
+        return checked(answer.status_code, answer.content, f"{method} {path}")
 
     async def watch(
         self, path: str, params: Mapping[str, str]
@@ -69,7 +80,7 @@ class ApiClient:
                 "GET", f"{path}?{urlencode(query)}", timeout=None
             ) as answer:
                 if answer.status_code != 200:
-                    _checked(answer.status_code, await answer.aread(), f"watch {path}")
+                    checked(answer.status_code, await answer.aread(), f"watch {path}")
                 async for line in answer.aiter_lines():
                     if line.strip():
                         event = json.loads(line)
@@ -86,7 +97,8 @@ class ApiClient:
         await self._http.aclose()
 
 
-def _checked(status: int, content: bytes, what: str) -> dict[str, Any]:
+def checked(status: int, content: bytes, what: str) -> dict[str, Any]:
+    """The answer's JSON object, or the error its status says (the one place they are read)."""
     try:
         data = json.loads(content) if content else {}
     except ValueError:
@@ -100,4 +112,9 @@ def _checked(status: int, content: bytes, what: str) -> dict[str, Any]:
         raise ContainerNotFoundError(message)
     if status in (502, 503, 504):
         raise BackendUnavailableError(f"{what}: {status} {message}", hint=HINT)
-    raise BackendError(f"{what}: the API server answered {status}: {message}")
+    reason = str(data.get("reason") or "")
+    raise ApiError(
+        f"{what}: the API server answered {status} {reason}: {message}".replace("  ", " "),
+        status=status,
+        reason=reason,
+    )

@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from orchestrator.backend.kubernetes._relay import FRAME
 from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
 
-__all__ = ["PROTOCOL_V4", "PROTOCOL_V5", "WebSocketExec", "exit_code_of"]
+__all__ = ["PROTOCOL_V4", "PROTOCOL_V5", "WebSocketExec", "exit_code_of", "refused_exec"]
 
 PROTOCOL_V5 = "v5.channel.k8s.io"
 PROTOCOL_V4 = "v4.channel.k8s.io"
@@ -43,6 +43,7 @@ CLOSE_TIMEOUT = 2.0
 
 log = logging.getLogger(__name__)
 _GONE = ("not running", "completed pod", "container not found", "is not running")
+_UNREACHABLE = "error dialing backend"
 
 
 def exit_code_of(status: dict[str, Any]) -> int:
@@ -138,6 +139,24 @@ class WebSocketExec:
             await self._ws.close()
 
 
+def refused_exec(status: int, body: bytes) -> BackendError:
+    """The error for an exec's upgrade the API server refused with ``status`` and ``body`` (a
+    ``Status`` in JSON, or kubelet's words in plain text)."""
+    text = body.decode(errors="replace")[:300]
+    if status == 404:
+        return ContainerNotFoundError(f"no such Pod for an exec: {text}")
+    if status in (401, 403):
+        return BackendError(f"the API server refused the exec ({status}): {text}")
+    # The Pod is there but its container is not (killed, ended): kubelet's words for it.
+    if status in (400, 500) and any(words in text for words in _GONE):
+        return ContainerNotFoundError(f"the Pod does not run: {text}")
+    # The API server cannot reach the Pod's kubelet (the node is down or cut off): for now
+    # unavailable; the backend asks whether the node is lost (then the session is).
+    if status in (500, 502, 503) and _UNREACHABLE in text:
+        return BackendUnavailableError(f"the Pod's node does not answer: {text}")
+    return BackendError(f"the API server answered the exec with {status}: {text}")
+
+
 async def open_websocket(
     url: str, *, ssl_context: Any, headers: dict[str, str]
 ) -> ClientConnection:
@@ -160,16 +179,8 @@ async def open_websocket(
                 close_timeout=CLOSE_TIMEOUT,
             )
     except InvalidStatus as exc:
-        status = exc.response.status_code
-        body = exc.response.body.decode(errors="replace")[:300] if exc.response.body else ""
-        if status == 404:
-            raise ContainerNotFoundError(f"no such Pod for an exec: {body}") from None
-        if status in (401, 403):
-            raise BackendError(f"the API server refused the exec ({status}): {body}") from None
-        # The Pod is there but its container is not (killed, ended): kubelet's words for it.
-        if status in (400, 500) and any(words in body for words in _GONE):
-            raise ContainerNotFoundError(f"the Pod does not run: {body}") from None
-        raise BackendError(f"the API server answered the exec with {status}: {body}") from None
+        body = bytes(exc.response.body or b"")
+        raise refused_exec(exc.response.status_code, body) from None
     except TimeoutError:
         raise BackendUnavailableError(
             f"the API server did not open an exec within {OPEN_TIMEOUT:.0f} s"

@@ -22,7 +22,7 @@ import logging
 import secrets
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,14 +38,16 @@ from orchestrator.backend.base import (
     SnapshotImage,
     check_exec_spec,
 )
-from orchestrator.backend.kubernetes._api import ApiClient
+from orchestrator.backend.kubernetes._api import ApiClient, ApiError
 from orchestrator.backend.kubernetes._exec import (
     PROTOCOL_V5,
     WebSocketExec,
     open_websocket,
 )
+from orchestrator.backend.kubernetes._probe import OK, probe_manifest, probe_name, probe_verdict
 from orchestrator.backend.kubernetes._relay import relay_argv
 from orchestrator.backend.kubernetes._settings import (
+    SECCOMP_RUNTIME_DEFAULT,
     ClusterConnection,
     KubernetesSettings,
     connect,
@@ -64,6 +66,7 @@ from orchestrator.errors import (
     ContainerNotFoundError,
     InvalidArgumentError,
     NotSupportedError,
+    OrchestratorError,
 )
 
 __all__ = ["KubernetesBackend"]
@@ -148,6 +151,9 @@ class KubernetesBackend:
         self._attached: weakref.WeakKeyDictionary[WebSocketExec, str] = weakref.WeakKeyDictionary()
         self._limits: dict[str, tuple[int, int]] = {}
         self._oom_seen: dict[str, int] = {}
+        # Whether the nodes honour the seccomp profile: None until a probe Pod or a session Pod
+        # has said (``_probe``); ``ok`` or what went wrong.
+        self._seccomp_verdict: str | None = None
 
     # -- the engine ------------------------------------------------------------------------
 
@@ -158,6 +164,40 @@ class KubernetesBackend:
         for stream in list(self._attached):
             await stream.aclose()
         await self.api.aclose()
+
+    def readiness_checks(self, image: str | None) -> dict[str, Callable[[], Awaitable[str]]]:
+        """The checks ``/readyz`` adds for this backend: its key names the seccomp profile
+        session Pods get; ready only once the nodes are seen to honour it."""
+
+        async def seccomp() -> str:
+            return await self._seccomp_check(image)
+
+        return {f"seccomp {self.settings.seccomp_profile}": seccomp}
+
+    async def _seccomp_check(self, image: str | None) -> str:
+        if self.settings.seccomp_profile == SECCOMP_RUNTIME_DEFAULT:
+            return OK  # the runtime's own profile: nothing to place on the nodes
+        if self._seccomp_verdict is not None:
+            return self._seccomp_verdict
+        if image is None:
+            return "not checked: no worker image chosen yet (a probe Pod runs it)"
+        manifest = probe_manifest(self.settings, image)
+        name = probe_name(self.settings)
+        try:
+            pod = await self.api.request("POST", self.api.pods_path(), body=manifest)
+        except ApiError as exc:
+            if exc.status != 409:  # 409: a probe of ours is there already: read it
+                raise
+            pod = await self.api.request("GET", self.api.pods_path(name))
+        verdict = probe_verdict(pod, self.settings.seccomp_profile)
+        if verdict is None:
+            return f"checking: probe Pod {name} has not started yet"
+        self._seccomp_verdict = verdict
+        with contextlib.suppress(ContainerNotFoundError):
+            await self.api.request(
+                "DELETE", self.api.pods_path(name), params={"gracePeriodSeconds": "0"}
+            )
+        return verdict
 
     def describe(self) -> dict[str, str]:
         """What the Pods get that the operator chose (``readyz`` shows it)."""
@@ -187,10 +227,13 @@ class KubernetesBackend:
         self._limits[name] = limits
         try:
             await self._wait_running(name, created)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, OrchestratorError) and "seccomp" in str(exc):
+                self._seccomp_verdict = None  # the next readiness check probes again
             with anyio.CancelScope(shield=True):
                 await self.remove_container(name)
             raise
+        self._seccomp_verdict = OK  # a Pod runs with the profile
         return str(name)
 
     async def _wait_running(self, name: str, pod: dict[str, Any]) -> None:
@@ -213,8 +256,9 @@ class KubernetesBackend:
                                 raise BackendError(f"Pod {name} was deleted while starting")
                             if _started(pod):
                                 return
-                    if not version:
+                    if not version:  # and the watch goes on from the Pod as it is now
                         pod = await self.api.request("GET", self.api.pods_path(name))
+                        version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
         except TimeoutError:
             raise BackendUnavailableError(
                 f"Pod {name} did not start within {POD_START_TIMEOUT:.0f} s",
@@ -365,11 +409,18 @@ class KubernetesBackend:
             ("tty", "true" if spec.tty else "false"),
         ] + [("command", arg) for arg in argv]
         url = self.api.websocket_url(f"{self.api.pods_path(container_id)}/exec", query)
-        ws = await open_websocket(
-            url,
-            ssl_context=self.api.connection.ssl_context,
-            headers=dict(self.api.connection.headers),
-        )
+        try:
+            ws = await open_websocket(
+                url,
+                ssl_context=self.api.connection.ssl_context,
+                headers=dict(self.api.connection.headers),
+            )
+        except BackendUnavailableError:
+            # Its node does not answer: lost once the node controller has said so (``_state``),
+            # unavailable until then.
+            if not (await self.container_state(container_id)).running:
+                raise ContainerNotFoundError(f"Pod {container_id} no longer runs") from None
+            raise
         self.protocol = ws.subprotocol
         stream = WebSocketExec(f"k8s-exec-{secrets.token_hex(12)}", ws, framed=framed)
         if not stdin:
@@ -496,14 +547,31 @@ def _started(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def _node_lost(pod: Mapping[str, Any]) -> bool:
+    """The node controller marked the Pod not ready while its container, last its kubelet
+    said, runs and is ready: the node stopped reporting (its kubelet gone, the node down or cut
+    off) for longer than the controller's grace. Nothing else makes a Pod of ours not ready
+    (it has no readiness probe, and no restart)."""
+    container = _container_status(pod)
+    if not container.get("ready") or "running" not in (container.get("state") or {}):
+        return False
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "False"
+        for condition in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def _state(pod: Mapping[str, Any]) -> ContainerState:
     meta = pod.get("metadata") or {}
     phase = str((pod.get("status") or {}).get("phase", "Unknown"))
     state = _container_status(pod).get("state") or {}
     terminated = state.get("terminated")
-    running = "running" in state and not meta.get("deletionTimestamp")
+    lost = _node_lost(pod)
+    running = "running" in state and not meta.get("deletionTimestamp") and not lost
     if meta.get("deletionTimestamp"):
         status = "removing"
+    elif lost:
+        status = "unreachable"
     elif running:
         status = "running"
     elif terminated or phase in ("Succeeded", "Failed"):
