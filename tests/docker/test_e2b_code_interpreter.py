@@ -86,9 +86,13 @@ def test_ipython_cell_rules_and_a_tables_data(sandbox: Sandbox) -> None:
 
 
 def test_a_language_without_a_kernel_is_refused_clearly(sandbox: Sandbox) -> None:
-    ran = sandbox.run_code("print(1)", language="r")
+    ran = sandbox.run_code("print(1)", language="cobol")
     assert ran.error is not None and ran.error.name == "invalid_argument"
-    assert "no language of that name" in ran.error.value and "'r'" in ran.error.value
+    assert "no language of that name" in ran.error.value and "'cobol'" in ran.error.value
+    # R's kernel is in code-interpreter-full, not in code-interpreter-v1's image.
+    elsewhere = sandbox.run_code("print(1)", language="r")
+    assert elsewhere.error is not None and elsewhere.error.name == "invalid_argument"
+    assert "the r kernel could not start" in elsewhere.error.value
 
 
 def test_javascript_runs_in_its_own_context(sandbox: Sandbox) -> None:

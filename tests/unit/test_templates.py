@@ -71,7 +71,13 @@ def test_the_lock_digest_covers_pins_not_comments_or_layout() -> None:
 
 def test_the_shipped_python_data_lock_pins_every_package_with_hashes() -> None:
     catalog = load_catalog()
-    assert catalog.names() == [BASE, "code-interpreter", "pip", "python-data"]
+    assert catalog.names() == [
+        BASE,
+        "code-interpreter",
+        "code-interpreter-full",
+        "pip",
+        "python-data",
+    ]
     data = catalog.get("python-data")
     names = {pin.name for pin in data.pins}
     assert {"numpy", "pandas", "matplotlib", "scipy", "pillow"} <= names
@@ -106,7 +112,14 @@ def test_a_user_template_with_inline_pins_joins_the_catalogue(tmp_path: Path) ->
         f'from = "python-data"\npip = ["six==1.17.0 --hash=sha256:{SIX}"]\npreload = ["six"]\n',
     )
     catalog = load_catalog([tmp_path, tmp_path / "missing"])
-    assert catalog.names() == [BASE, "code-interpreter", "extra", "pip", "python-data"]
+    assert catalog.names() == [
+        BASE,
+        "code-interpreter",
+        "code-interpreter-full",
+        "extra",
+        "pip",
+        "python-data",
+    ]
     assert [t.name for t in catalog.chain("extra")] == ["extra", "python-data", BASE]
     assert not catalog.get("extra").shipped
 
@@ -199,7 +212,14 @@ def test_every_template_hash_chains_from_the_worker_image_hash(tmp_path: Path) -
     catalog = load_catalog([tmp_path])
     one, two = template_hashes(catalog, "a" * 64), template_hashes(catalog, "b" * 64)
     assert one[BASE] == "a" * 64
-    assert set(one) == {BASE, "code-interpreter", "pip", "python-data", "extra"}
+    assert set(one) == {
+        BASE,
+        "code-interpreter",
+        "code-interpreter-full",
+        "pip",
+        "python-data",
+        "extra",
+    }
     assert all(one[name] != two[name] for name in one)
     assert template_hashes(catalog, "a" * 64) == one
 
@@ -218,10 +238,13 @@ def test_the_parent_probe_gives_every_manylinux_level_its_glibc_loads() -> None:
 
 def test_the_code_interpreter_template_is_debian_packages_on_python_data() -> None:
     template = load_catalog().get("code-interpreter")
-    assert template.parent == "python-data" and template.debs == ("nodejs",)
+    assert template.parent == "python-data" and template.debs == ("nodejs", "node-typescript")
     assert template.pins == () and template.dockerfile is None
     dockerfile = dockerfile_of(template)
     assert b"dpkg -i" in dockerfile and b"pip" not in dockerfile
+    full = load_catalog().get("code-interpreter-full")
+    assert full.parent == "code-interpreter"
+    assert full.debs == ("r-base-core", "openjdk-17-jdk-headless")
 
 
 def test_a_template_with_debs_and_another_way_is_refused(tmp_path: Path) -> None:

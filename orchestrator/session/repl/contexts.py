@@ -64,6 +64,10 @@ LANGUAGES: Final[Mapping[str, tuple[str, ...]]] = {
     "bash": ("python3", "-I", f"{KERNEL_DIR}/kernel_bash.py"),
     # Needs node in the session's image: a template with Debian's nodejs.
     "javascript": ("python3", "-I", f"{KERNEL_DIR}/kernel_node.py"),
+    # node and Debian's node-typescript (code-interpreter); R and a JDK (code-interpreter-full).
+    "typescript": ("python3", "-I", f"{KERNEL_DIR}/kernel_typescript.py"),
+    "r": ("python3", "-I", f"{KERNEL_DIR}/kernel_r.py"),
+    "java": ("python3", "-I", f"{KERNEL_DIR}/kernel_java.py"),
 }
 ALIASES: Final[Mapping[str, str]] = {
     "py": "python",
@@ -72,6 +76,8 @@ ALIASES: Final[Mapping[str, str]] = {
     "shell": "bash",
     "js": "javascript",
     "node": "javascript",
+    "ts": "typescript",
+    "jshell": "java",
 }
 
 
@@ -85,7 +91,6 @@ def canonical_language(name: object) -> str:
     shown = repr(name)[:64]
     raise InvalidArgumentError(
         f"unknown language {shown}; supported: {', '.join(LANGUAGES)}",
-        hint="TypeScript, R and Java kernels are not part of this build",
     )
 
 
