@@ -349,6 +349,17 @@ class Repl:
             except BackendUnavailableError:
                 await self._lose_stream(worker)
                 raise
+            # The engine answers, maybe only now that it thawed (a freeze past the ping's
+            # timeout but within the engine's): its stream flows again, and a worker that
+            # answers now keeps its state. Only one that still does not is replaced.
+            with contextlib.suppress(TimeoutError, WorkerExited, ProtocolViolation):
+                try:
+                    with anyio.fail_after(QUICK_OP_TIMEOUT):
+                        if (await worker.request("ping")).ok:
+                            return worker
+                except BackendUnavailableError:
+                    await self._lose_stream(worker)
+                    raise
         except (WorkerExited, ProtocolViolation):
             pass
         await self._discard(worker)
