@@ -220,14 +220,24 @@ async def _mcp(soak: Soak, key: str, tool: str, args: dict[str, Any]) -> dict[st
         with anyio.fail_after(CALL_TIMEOUT):
             async with httpx.AsyncClient(timeout=CALL_TIMEOUT) as http:
                 response = await http.post(f"{server.url}/mcp", json=body, headers=headers)
-        text = response.text
-        payload = text.split("data: ", 1)[1] if text.startswith("event:") else text
-        message = json.loads(payload.strip().splitlines()[0])
-        answer = message.get("result", {}).get("structuredContent")
+        answer = _mcp_result(response.text)
     except (httpx.HTTPError, TimeoutError, ValueError, IndexError, AttributeError):
         answer = None
     soak.record("mcp", f"{tool}.{args.get('operation')}", answer, time.monotonic() - started)
     return answer
+
+
+def _mcp_result(text: str) -> dict[str, Any] | None:
+    """The structured result of request 1 in a JSON body or an event stream: a long call's
+    stream carries notifications (progress, logs) before it."""
+    lines = text.splitlines()
+    payloads = [line[5:].strip() for line in lines if line.startswith("data:")] or [text]
+    for payload in payloads:
+        message = json.loads(payload)
+        if isinstance(message, dict) and message.get("id") == 1 and "result" in message:
+            result: dict[str, Any] | None = message["result"].get("structuredContent")
+            return result
+    return None
 
 
 async def _e2b_round(soak: Soak, key: str) -> None:
@@ -263,7 +273,7 @@ async def _worker(soak: Soak, tenant: str, key: str, deadline: float, rng: rando
     expected = 0
     # The counter is gone (a reported reset) until a call sets it again: a NameError before
     # then is the soak's own doing, not a reset.
-    unset = False
+    unset = told = False
     while time.monotonic() < deadline:
         if soak.server is None:
             await anyio.sleep(0.5)
@@ -272,7 +282,7 @@ async def _worker(soak: Soak, tenant: str, key: str, deadline: float, rng: rando
         if sid is None:
             made = await call(soak, key, "python_repl", {"operation": "execute", "code": "n = 0"})
             if made and made.get("success"):
-                sid, expected, unset = made["session_id"], 0, False
+                sid, expected, unset, told = made["session_id"], 0, False, False
                 soak.sessions.add(sid)
             else:
                 await anyio.sleep(1.0)
@@ -288,19 +298,22 @@ async def _worker(soak: Soak, tenant: str, key: str, deadline: float, rng: rando
         if roll < 0.5:
             args = {"operation": "execute", "session_id": sid, "code": "n += 1\nn"}
             answer = await call(soak, key, "python_repl", args)
+            # A reset said by an answer that did not show it (a cell's timeout, say) counts as
+            # said for the next answer that does.
+            told = told or bool(answer and answer.get("state_reset"))
             if answer and answer.get("success"):
                 got = int(answer["result_repr"])
                 if got not in (expected + 1, expected + 2):  # +2: an unanswered call ran
-                    soak.reset(call, sid, answer, reported=bool(answer.get("state_reset")))
-                expected = got
+                    soak.reset(call, sid, answer, reported=told)
+                expected, told = got, False
             elif answer and answer.get("error_type") == "NameError":
                 # n is gone: the answer itself must say the state was reset (a worker killed
                 # while idle is found by this call, which runs in a fresh one).
-                soak.reset(call, sid, answer, reported=answer.get("state_reset") is True)
-                unset = True
+                soak.reset(call, sid, answer, reported=told)
+                unset, told = True, False
             elif answer and answer.get("error_type") == "process_crashed":
                 soak.reset(call, sid, answer, reported=True)
-                unset = True
+                unset, told = True, False
             sid = _after(soak, sid, answer)
         elif roll < 0.65:
             shell = {"operation": "run", "session_id": sid, "command": "echo hi"}
