@@ -32,6 +32,8 @@ CLUSTER_OPTIONS: dict[str, Any] = {
     "pod_pids_limit": 256,
     "network_isolated": True,
 }
+# The second node of ``SANDHOLD_KUBE_NODES=2 .ci/kube-cluster start``.
+SECOND_NODE = "sandhold-node-2"
 # Namespace creation and the default service account the controller makes: a second or two.
 NAMESPACE_READY_TIMEOUT = 60.0
 REQUEST_TIMEOUT = 10.0
@@ -92,11 +94,18 @@ async def kill_pod_container(cluster: Cluster, pod: str) -> None:
     or a node's operator would: through the node's containerd."""
     import anyio
 
-    status = cluster.api("GET", f"/api/v1/namespaces/{cluster.namespace}/pods/{pod}")["status"]
-    container = status["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    socket = RUN / "containerd" / "containerd.sock"
+    found = cluster.api("GET", f"/api/v1/namespaces/{cluster.namespace}/pods/{pod}")
+    container = found["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    socket = containerd_socket(found["spec"]["nodeName"])
     argv = ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL"]
     await anyio.run_process([*argv, container])
+
+
+def containerd_socket(node: str) -> Path:
+    """The containerd of a node of ``.ci/kube-cluster`` (the second node's has its own)."""
+    if node == SECOND_NODE:
+        return RUN / "node-2" / "containerd" / "containerd.sock"
+    return RUN / "containerd" / "containerd.sock"
 
 
 def _server() -> str:

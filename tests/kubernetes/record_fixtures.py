@@ -35,7 +35,7 @@ from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.kubernetes import KubernetesSettings, pod_manifest
 from orchestrator.backend.kubernetes._probe import probe_manifest
 from orchestrator.policy.model import load_policy
-from tests.kubernetes.cluster import CLUSTER_OPTIONS, RUN, _server
+from tests.kubernetes.cluster import CLUSTER_OPTIONS, RUN, _server, containerd_socket
 
 OUT = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "kubernetes"
 NAMESPACE = f"sandhold-record-{secrets.token_hex(3)}"
@@ -253,7 +253,7 @@ def record(image: str, settings: KubernetesSettings) -> None:
     container = created["response"]["body"]["metadata"]["name"]
     pod = call("GET", pods(container))["response"]["body"]
     ctr_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    socket = RUN / "containerd" / "containerd.sock"
+    socket = containerd_socket(pod["spec"]["nodeName"])
     subprocess.run(
         ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", ctr_id],
         check=True,
