@@ -446,11 +446,13 @@ class Registry:
         return found is not None
 
     def add_e2b_command(self, sandbox_id: str, command: E2bCommandRecord) -> None:
-        """The command's row, and the sandbox's next pid past it, in one transaction."""
+        """The command's row, and the sandbox's next pid past it, in one transaction; nothing
+        when the sandbox has no row (its session ended while the command started)."""
         with self._transaction() as db:
             db.execute(
-                "INSERT OR REPLACE INTO e2b_commands VALUES (?, ?, ?, ?)",
-                (sandbox_id, command.pid, command.terminal_id, json.dumps(dict(command.spec))),
+                "INSERT OR REPLACE INTO e2b_commands "
+                "SELECT sandbox_id, ?, ?, ? FROM e2b_sandboxes WHERE sandbox_id = ?",
+                (command.pid, command.terminal_id, json.dumps(dict(command.spec)), sandbox_id),
             )
             db.execute(
                 "UPDATE e2b_sandboxes SET next_pid = MAX(next_pid, ?) WHERE sandbox_id = ?",
@@ -524,8 +526,13 @@ class Registry:
     # -- ids made inside sessions ----------------------------------------------------------
 
     def add_item(self, kind: str, item_id: str, session_id: str) -> None:
+        """Nothing when the session has no row (it ended while the item was being made): a row
+        for it would only be swept again, and the foreign key refuses it."""
         with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO items VALUES (?, ?, ?)", (kind, item_id, session_id))
+            db.execute(
+                "INSERT OR REPLACE INTO items SELECT ?, ?, id FROM sessions WHERE id = ?",
+                (kind, item_id, session_id),
+            )
 
     def items(self, session_id: str) -> list[tuple[str, str]]:
         rows = self.db.execute(
@@ -541,17 +548,19 @@ class Registry:
 
     def add_history(self, session_id: str, entry: HistoryEntry, *, keep: int) -> None:
         """Record one cell. Only the newest ``keep`` are read back; older rows are pruned every
-        ``PRUNE_EVERY`` cells (a delete per cell would double the cost of every execute)."""
+        ``PRUNE_EVERY`` cells (a delete per cell would double the cost of every execute).
+        Nothing when the session has no row (it ended while the cell ran)."""
         with self._transaction() as db:
             db.execute(
-                "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO history "
+                "SELECT id, ?, ?, ?, ?, ? FROM sessions WHERE id = ?",
                 (
-                    session_id,
                     entry.index,
                     _blob(entry.code),
                     _outcome_code(entry),
                     _blob(entry.output),
                     entry.timestamp.isoformat(),
+                    session_id,
                 ),
             )
             if entry.index % PRUNE_EVERY == 0:

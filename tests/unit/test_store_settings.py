@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from orchestrator.registry.store import (
     SessionRecord,
     SessionSettings,
 )
+from orchestrator.session.history import HistoryEntry
 
 # Schema 1 as it was released: what a registry written before settings and E2B rows holds.
 SCHEMA_1 = """
@@ -171,6 +173,23 @@ def test_e2b_rows_go_with_their_session_and_are_listed_per_tenant(registry: Regi
     registry.remove_e2b("sbx2")
     assert registry.e2b_ids("team-a") == []
     assert registry.e2b_ids("team-b") == ["sbx3"]
+
+
+def test_rows_written_for_a_session_that_just_ended_are_dropped_not_refused(
+    registry: Registry,
+) -> None:
+    """A terminal made, a cell recorded or an E2B command started while its session was being
+    ended: the write finds no session row and keeps nothing (the foreign keys would refuse it
+    and the call would answer internal)."""
+    registry.add_session(session("s1"))
+    registry.add_e2b(sandbox("sbx1", "s1"))
+    registry.remove_session("s1")
+    registry.add_item("terminal", "t1", "s1")
+    cell = HistoryEntry(index=1, code="1", timestamp=datetime.now(UTC), success=True, output="")
+    registry.add_history("s1", cell, keep=10)
+    registry.add_e2b_command("sbx1", E2bCommandRecord(pid=1000, terminal_id="t", spec={}))
+    for table in ("items", "history", "e2b_commands"):
+        assert registry.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0
 
 
 def test_an_e2b_row_needs_its_session(registry: Registry) -> None:
