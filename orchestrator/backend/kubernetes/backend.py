@@ -11,7 +11,12 @@ Execs go through ``_relay`` (environment, working directory, per-process limits,
 of their own, and on ``v4`` a stdin that can end) over the websocket channel protocol
 (``_exec``). An exec's exit code comes with its stream's end; a stream that ends without one was
 cut (the Pod went, or the connection): ``exec_exit_code`` tells the two apart by asking for the
-Pod.
+Pod. A Pod whose node stopped reporting is ``unreachable`` (not running) once the node controller
+has marked it not ready; until then an exec the API server cannot take to its kubelet is
+``BackendUnavailableError``, and after, ``ContainerNotFoundError`` (the session is lost).
+
+``readiness_checks`` gives ``/readyz`` a line naming the seccomp profile Pods get, ``ok`` only
+once a node honoured it (``_probe``).
 """
 
 from __future__ import annotations
