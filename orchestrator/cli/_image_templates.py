@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from orchestrator._core import OrchestratorConfig
 
 if TYPE_CHECKING:
-    from orchestrator.backend.docker import DockerClient
     from orchestrator.images import BuildProgress
+    from orchestrator.images.engine import ImageEngine
     from orchestrator.images.listing import TemplateRow
     from orchestrator.images.templates import TemplateCatalog
 
@@ -29,7 +29,7 @@ def catalog(template_dirs: list[Path] | None) -> TemplateCatalog:
 
 
 async def build_template(
-    client: DockerClient, name: str, base_tag: str, dirs: list[Path] | None, progress: BuildProgress
+    client: ImageEngine, name: str, base_tag: str, dirs: list[Path] | None, progress: BuildProgress
 ) -> str:
     from orchestrator.images.template_build import ensure_template_image
 
@@ -39,7 +39,7 @@ async def build_template(
     return built.tag
 
 
-async def current_template_tags(client: DockerClient, base_tag: str) -> list[str]:
+async def current_template_tags(client: ImageEngine, base_tag: str) -> list[str]:
     """Every template's current tag over ``base_tag``, built or not: what prune keeps."""
     from orchestrator.images.template_build import image_identity, template_hashes, template_tag
     from orchestrator.images.templates import BASE
@@ -48,7 +48,7 @@ async def current_template_tags(client: DockerClient, base_tag: str) -> list[str
     return [template_tag(name, digest) for name, digest in hashes.items() if name != BASE]
 
 
-async def rows(client: DockerClient, base_tag: str, dirs: list[Path] | None) -> list[TemplateRow]:
+async def rows(client: ImageEngine, base_tag: str, dirs: list[Path] | None) -> list[TemplateRow]:
     from orchestrator.images.listing import list_templates
 
     return await list_templates(client, catalog(dirs), base_tag=base_tag)

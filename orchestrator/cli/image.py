@@ -137,13 +137,13 @@ def image_prune(
 
 
 async def _prune(dry_run: bool) -> PruneResult:
-    from orchestrator.backend.docker import DockerClient
     from orchestrator.cli._image_templates import current_template_tags
     from orchestrator.images import ensure_worker_image
+    from orchestrator.images.engine import open_image_engine
     from orchestrator.images.prune import prune_worker_images
 
     current = os.environ.get("SANDHOLD_IMAGE")
-    client = DockerClient()
+    client = open_image_engine()
     try:
         if current is None:
             built = await ensure_worker_image(client, progress=PlainBuildProgress())
@@ -192,10 +192,10 @@ class PlainBuildProgress:
 async def _ensure_image(
     base_image: str | None, suite: str | None, progress: BuildProgress
 ) -> ImageBuildResult:
-    from orchestrator.backend.docker import DockerClient
     from orchestrator.images import ensure_worker_image
+    from orchestrator.images.engine import open_image_engine
 
-    client = DockerClient()
+    client = open_image_engine()
     try:
         return await until_terminated(
             ensure_worker_image(client, base_image=base_image, suite=suite, progress=progress)
@@ -208,10 +208,10 @@ async def _ensure_image(
 async def _ensure_template(
     name: str, base_tag: str, dirs: list[Path] | None, progress: BuildProgress
 ) -> str:
-    from orchestrator.backend.docker import DockerClient
     from orchestrator.cli._image_templates import build_template
+    from orchestrator.images.engine import open_image_engine
 
-    client = DockerClient()
+    client = open_image_engine()
     try:
         return await until_terminated(build_template(client, name, base_tag, dirs, progress))
     finally:
@@ -220,11 +220,11 @@ async def _ensure_template(
 
 
 async def _template_rows(dirs: list[Path] | None) -> list[TemplateRow]:
-    from orchestrator.backend.docker import DockerClient
     from orchestrator.cli._image_templates import rows
     from orchestrator.images import ensure_worker_image
+    from orchestrator.images.engine import open_image_engine
 
-    client = DockerClient()
+    client = open_image_engine()
     try:
         base = os.environ.get("SANDHOLD_IMAGE")
         if base is None:
@@ -241,10 +241,10 @@ async def with_image(config: OrchestratorConfig) -> OrchestratorConfig:
     builds one: any other takes the image its nodes hold (``SANDHOLD_IMAGE``)."""
     if config.image is not None or config.backend.name != "docker":
         return config
-    from orchestrator.backend.docker import DockerClient
     from orchestrator.images import ensure_worker_image
+    from orchestrator.images.engine import open_image_engine
 
-    client = DockerClient()
+    client = open_image_engine()
     try:
         built = await ensure_worker_image(client, progress=PlainBuildProgress())
     finally:

@@ -220,8 +220,7 @@ async def _run_orchestrator(
 
 
 def _import_orchestrator() -> None:
-    # Slow (the Docker SDK, pydantic models, the image builder ``with_image`` uses): imported
-    # off the event loop, see above.
+    # Slow (pydantic models, the image builder ``with_image`` uses and with it the Docker SDK):
+    # imported off the event loop, see above.
     import orchestrator._api
-    import orchestrator.backend.docker
     import orchestrator.images  # noqa: F401

@@ -257,22 +257,14 @@ def test_only_the_docker_backend_imports_docker_or_private_backend_modules() -> 
 
 
 # Above ``backend/``, the engine is chosen in one place (``_core/engines.py``); ``images/`` builds
-# Docker images, and so do ``sandhold image``'s commands; ``sandhold mcp`` imports the SDK off
-# its event loop, ahead of the seam that uses it.
+# Docker images (``sandhold image``'s commands open its engine through ``images.engine``).
 DOCKER_IMPORTERS = ("orchestrator._core.engines", "orchestrator.images")
-DOCKER_IMPORTING_COMMANDS = {
-    "orchestrator.cli.image",
-    "orchestrator.cli._image_templates",
-    "orchestrator.cli.mcp",
-}
 
 
 def test_above_the_backends_only_the_engine_seam_and_images_name_docker() -> None:
     wrong = []
     for name, path in _modules():
         if name.startswith(("orchestrator.backend", *DOCKER_IMPORTERS)):
-            continue
-        if name in DOCKER_IMPORTING_COMMANDS:
             continue
         for imported in _imports(path):
             if imported.startswith("orchestrator.backend.docker"):
