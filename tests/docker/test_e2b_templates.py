@@ -120,3 +120,35 @@ def test_a_build_has_at_most_its_steps(server: E2bServer) -> None:
         template = template.run_cmd(f"echo {index}")
     with pytest.raises(BuildException, match="template_steps"):
         Template.build(template, "too-long")
+
+
+def test_one_tenants_uploads_serve_no_other_tenants_build(server: E2bServer) -> None:
+    """What the SDK would never send, sent by hand: team-b names the files team-a uploaded."""
+    import io
+    import tarfile
+
+    import httpx
+
+    files_hash = "b" * 64
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as archive:
+        info = tarfile.TarInfo("secret.txt")
+        info.size = 6
+        archive.addfile(info, io.BytesIO(b"secret"))
+    copy = {"type": "COPY", "args": ["secret.txt", "/opt/secret.txt"], "filesHash": files_hash}
+    answers = {}
+    for tenant in ("team-a", "team-b"):
+        with httpx.Client(headers={"X-API-Key": server.keys[tenant]}, timeout=60) as http:
+            made = http.post(f"{server.url}/v3/templates", json={"name": "uploads"}).json()
+            link = http.get(f"{server.url}/templates/{made['templateID']}/files/{files_hash}")
+            answers[tenant] = link.json()
+            if tenant == "team-a":
+                assert httpx.put(link.json()["url"], content=data.getvalue()).status_code == 200
+                continue
+            started = http.post(
+                f"{server.url}/v2/templates/{made['templateID']}/builds/{made['buildID']}",
+                json={"fromTemplate": "base", "steps": [copy]},
+            )
+            assert started.status_code == 400, started.text
+            assert "template_files" in started.json()["message"]
+    assert answers["team-a"]["present"] is False and answers["team-b"]["present"] is False

@@ -386,6 +386,11 @@ class TemplateBuilds:
         caller = request.scope.get(CALLER_SCOPE_KEY)
         return caller.tenant if isinstance(caller, Caller) else None
 
+    def _files_of(self, tenant: str) -> Path:
+        """A tenant's uploads and build contexts: one tenant's files never serve another's
+        build, nor does a files link tell one tenant what another uploaded."""
+        return self.uploads / "tenants" / hashlib.sha256(tenant.encode()).hexdigest()[:16]
+
     def _named(self, tenant: str, name: str) -> E2bTemplate | None:
         for template in self.templates.values():
             if template.tenant == tenant and name in (template.name, template.template_id):
@@ -465,7 +470,7 @@ class TemplateBuilds:
             return e2b_error(404, "template not found")
         if not _HASH.match(files_hash):
             return e2b_error(400, "template_files: a files hash is 64 hex digits")
-        if (self.uploads / "tars" / f"{files_hash}.tar").exists():
+        if (self._files_of(tenant) / "tars" / f"{files_hash}.tar").exists():
             return JSONResponse({"present": True}, status_code=201)
         if len(_UPLOADS) >= MAX_PENDING_UPLOADS:
             _UPLOADS.pop(next(iter(_UPLOADS)))  # the oldest link lapses
@@ -496,7 +501,7 @@ class TemplateBuilds:
             await anyio.to_thread.run_sync(_check_tar, bytes(data))
         except BuildRefused as exc:
             return e2b_error(400, f"{exc.error_type}: {exc}")
-        target = self.uploads / "tars" / f"{files_hash}.tar"
+        target = self._files_of(tenant) / "tars" / f"{files_hash}.tar"
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = target.with_suffix(f".{secrets.token_hex(8)}")
         staging.write_bytes(data)
@@ -528,6 +533,13 @@ class TemplateBuilds:
             if body.get("fromImageRegistry"):
                 raise BuildRefused("image_not_found", "sandhold pulls no image from a registry")
             layers = plan_layers(body.get("steps") or [])
+            tars = self._files_of(tenant) / "tars"
+            for digest in (d for layer in layers for d in layer.files):
+                if not (tars / f"{digest}.tar").exists():
+                    raise BuildRefused(
+                        "template_files",
+                        f"the files of a copy ({digest[:12]}...) were not uploaded",
+                    )
         except BuildRefused as exc:
             build.status, build.reason = "error", f"{exc.error_type}: {exc}"
             build.say(build.reason, "error")
@@ -563,7 +575,9 @@ class TemplateBuilds:
 
     async def _run(self, tenant: str, build: Build, parent: str, layers: list[Layer]) -> None:
         try:
-            chain = await anyio.to_thread.run_sync(_layer_templates, parent, layers, self.uploads)
+            chain = await anyio.to_thread.run_sync(
+                _layer_templates, parent, layers, self._files_of(tenant)
+            )
             for layer in chain:
                 self.built[layer.name] = layer
             catalog: TemplateCatalog = self.orchestrator.templates()
