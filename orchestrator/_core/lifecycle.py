@@ -85,9 +85,20 @@ def eviction_candidate(sessions: Iterable[Session]) -> Session | None:
     return min(idle, key=lambda s: s.last_active, default=None)
 
 
-def reap_interval(sessions: Iterable[Session], default_idle_s: float) -> float:
-    shortest = min((s.policy.timeouts.idle_s for s in sessions), default=default_idle_s)
-    return max(MIN_REAP_INTERVAL, min(MAX_REAP_INTERVAL, shortest / 4))
+def reap_interval(
+    sessions: Iterable[Session], default_idle_s: float, now: float | None = None
+) -> float:
+    """A quarter of the shortest idle timeout held, and no later than the nearest lifetime end
+    still ahead: E2B's timeouts are seconds, and one a round late would be a quarter of an idle
+    timeout late (up to ``MAX_REAP_INTERVAL``). An end already past waits for the next round
+    (a call holds its session)."""
+    now = time.monotonic() if now is None else now
+    held = list(sessions)
+    interval = min((s.policy.timeouts.idle_s for s in held), default=default_idle_s) / 4
+    ahead = [s.ends_at - now for s in held if s.ends_at is not None and s.ends_at > now]
+    if ahead:
+        interval = min(interval, min(ahead))
+    return max(MIN_REAP_INTERVAL, min(MAX_REAP_INTERVAL, interval))
 
 
 class EndedSessions:

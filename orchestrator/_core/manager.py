@@ -113,7 +113,7 @@ class SessionManager:
         self.last_reconcile = ReconcileReport()
         self._network = Networking(self.backend, self.metrics, self._tenant_config)
         self.egress = self._network.accounting
-        self._pausing = Pausing(self.backend, lifetime_changed=self._table.save_settings)
+        self._pausing = Pausing(self.backend, lifetime_changed=self._lifetime_changed)
         self._owners = OwnerControl(
             self._table,
             self._admission,
@@ -502,8 +502,12 @@ class SessionManager:
         fresh ``timeout_s``; None keeps the session's end action (``"end"`` at first)."""
         session = self.find_session(session_id, tenant=tenant)
         ends = set_lifetime(session, timeout_s, end_action=end_action)
-        self._table.save_settings(session)  # the end in the registry: a restart keeps it
+        self._lifetime_changed(session)
         return ends
+
+    def _lifetime_changed(self, session: Session) -> None:
+        self._table.save_settings(session)  # the end in the registry: a restart keeps it
+        self.reaper.wake()  # the reaper's sleep measured again: the end may be nearer
 
     async def session_metrics(
         self, session_id: Any, *, tenant: str | None = None
@@ -520,8 +524,7 @@ class SessionManager:
             return await self.snapshots.take(session, task=current_task())
 
     async def fork(self, session_id: Any, *, tenant: str | None = None) -> Session:
-        """A new session from a snapshot of the caller's session, which goes at once (its image
-        once the fork ends: ``Snapshots.sweep``)."""
+        """A new session from a snapshot of the caller's session (gone once the fork ends)."""
         taken = await self.snapshot(session_id, tenant=tenant)
         try:
             return await self.create_session(tenant=tenant, snapshot=taken["snapshot_id"])
@@ -550,10 +553,9 @@ class SessionManager:
 
     @contextlib.asynccontextmanager
     async def _turn(self, session: Session, call: str = "a call") -> AsyncIterator[None]:
-        """The session's interpreter for ``call`` (named in a waiting call's ``busy``), thawed: a
-        pause that slipped in between finding the session and getting its turn is undone here.
-        The owner is checked again once the turn is ours: the session may have ended, or its
-        task been closed, meanwhile."""
+        """The session's interpreter for ``call`` (named in a waiting call's ``busy``), thawed (a
+        pause may slip in before the turn), its owner checked again once the turn is ours: the
+        session may have ended, or its task been closed, meanwhile."""
         async with session.turn(busy_timeout=self.config.busy_timeout, call=call):
             if session.closed or self._table.grants.sealed(session.tenant, current_task()):
                 # Ended while this call waited for its turn (the reaper, a destroy): say why.
@@ -591,8 +593,7 @@ class SessionManager:
         await session.aclose(self.backend)
 
     async def drop_vanished_sessions(self) -> None:
-        """End every session whose container stopped or vanished (killed or removed from
-        outside, or stopped by an engine restart); the engine said one of ours is gone."""
+        """End every session whose container stopped or vanished (killed, removed, stopped)."""
         report = await self.reconcile()
         if report.forgotten or report.reaped:
             log.info("reconciled: %s", report.summary())

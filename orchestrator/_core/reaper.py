@@ -3,12 +3,13 @@ lifetime, pauses the idle ones whose policy says so (and those whose lifetime's 
 ``pause``), reads the egress proxies (``egress_round``), sweeps unused snapshot images, and
 reconciles the engine's containers with the sessions held (``reconciler``).
 
-Invariants: a round sleeps first, a quarter of the shortest idle timeout held (``lifecycle``),
-never longer than the configured interval; one session's engine error skips that session this
-round, never the round; a session with running work (a process or a listening port, when its
-policy counts them) is not idle, whatever the clock says; the loop runs in the orchestrator's
-task group until ``cancel`` (first thing at shutdown: a reconcile would take sessions being let
-go for orphans).
+Invariants: a round sleeps first, a quarter of the shortest idle timeout held or until the
+nearest lifetime end (``lifecycle``; ``wake`` after a new lifetime measures it again, only ever
+sooner), never longer than the configured interval; one session's engine error skips that
+session this round, never the round; a session with running work (a process or a listening port,
+when its policy counts them) is not idle, whatever the clock says; the loop runs in the
+orchestrator's task group until ``cancel`` (first thing at shutdown: a reconcile would take
+sessions being let go for orphans).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Reaper:
         self._reconcile = reconcile
         # Made in start(): a cancel scope belongs to an event loop, and this may run outside one.
         self._scope: anyio.CancelScope | None = None
+        # Set by wake(); made in _run, in the loop it belongs to.
+        self._woken: anyio.Event | None = None
 
     @property
     def started(self) -> bool:
@@ -75,12 +78,29 @@ class Reaper:
         if self._scope is not None:
             self._scope.cancel()
 
+    def wake(self) -> None:
+        """A lifetime was set: the loop measures its sleep again, so a nearer end is kept."""
+        if self._woken is not None:
+            self._woken.set()
+
+    def _interval(self) -> float:
+        return min(reap_interval(self._sessions(), self._default_idle_s()), self._max_interval)
+
     async def _run(self, scope: anyio.CancelScope) -> None:
+        self._woken = anyio.Event()
         with scope:
+            due = anyio.current_time() + self._interval()
             while True:
-                interval = reap_interval(self._sessions(), self._default_idle_s())
-                await anyio.sleep(min(interval, self._max_interval))
+                with anyio.move_on_after(max(0.0, due - anyio.current_time())):
+                    await self._woken.wait()
+                if self._woken.is_set():
+                    # Only ever sooner: wakes as often as set_timeout is called never put a
+                    # round off.
+                    self._woken = anyio.Event()
+                    due = min(due, anyio.current_time() + self._interval())
+                    continue
                 await self.round()
+                due = anyio.current_time() + self._interval()
 
     async def round(self) -> None:
         """One round, as the loop runs it after its sleep."""

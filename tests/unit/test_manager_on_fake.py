@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator._api import Orchestrator
 from orchestrator._core.config import OrchestratorConfig
+from orchestrator._core.lifecycle import MAX_REAP_INTERVAL, MIN_REAP_INTERVAL, reap_interval
 from orchestrator.backend.base import (
     LABEL_ORCHESTRATOR,
     LABEL_POLICY_NAME,
@@ -367,3 +368,30 @@ async def test_repl_execute_refuses_what_its_policy_refuses_whoever_calls_it(
         await session.repl.execute("")
     assert not [r for r in worker.requests if r["op"] == "execute"]
     assert (await session.repl.execute("1", timeout=limit)).success
+
+
+async def test_a_short_lifetime_ends_on_time_not_a_reaper_round_later(orch: Orchestrator) -> None:
+    """The reaper's round is up to 30 s apart (a quarter of the idle timeout); a set_timeout of
+    a second wakes it to measure its sleep again (E2B's timeouts are seconds)."""
+    session = await orch.create_session()
+    await orch.set_timeout(session.id, 1)
+    with anyio.fail_after(STEP_TIMEOUT):
+        while not session.closed:  # noqa: ASYNC110 (a session's end has no event to wait on)
+            await anyio.sleep(0.05)
+    with pytest.raises(SessionNotFoundError, match="set_timeout"):
+        orch.find_session(session.id)
+
+
+def test_the_reap_interval_is_no_later_than_the_nearest_lifetime_end_ahead() -> None:
+    held = [_FakeHeld(idle_s=600, ends_at=None), _FakeHeld(idle_s=600, ends_at=102.0)]
+    assert reap_interval(held, 600, now=100.0) == 2.0  # type: ignore[arg-type]
+    assert reap_interval(held, 600, now=103.0) == MAX_REAP_INTERVAL  # type: ignore[arg-type]
+    assert reap_interval(held, 600, now=101.9) == MIN_REAP_INTERVAL  # type: ignore[arg-type]
+
+
+class _FakeHeld:
+    """What reap_interval reads of a session."""
+
+    def __init__(self, *, idle_s: float, ends_at: float | None) -> None:
+        self.ends_at = ends_at
+        self.policy = type("P", (), {"timeouts": type("T", (), {"idle_s": idle_s})()})()
