@@ -5,8 +5,8 @@ set on upload, kept by a rename, cleared by an overwrite, set in the sandbox by 
 watches (the watcher calls the sync SDK makes and the ``WatchDir`` stream the async one reads:
 create, write, chmod, remove and rename events, recursive ones in directories made later,
 entries with the events), signed download and upload URLs (with and past their expiration, and
-forged), and the commands row: a PTY and a command with a cwd outside the home, and a command
-whose sandbox is killed under it."""
+forged), and the commands row: a PTY and a command with a cwd outside the home, a command
+whose sandbox is killed under it, and the async SDK's command timeout (enforced by the server)."""
 
 from __future__ import annotations
 
@@ -315,3 +315,19 @@ def test_a_command_whose_sandbox_is_killed_under_it_ends_with_an_error_at_once(
     with pytest.raises(TimeoutException):
         command.wait()
     assert not made.is_running()
+
+
+def test_the_async_sdks_command_timeout_ends_its_stream(server: E2bServer) -> None:
+    """The async SDK leaves the command's timeout to the server (``connect-timeout-ms``)."""
+
+    async def scenario() -> None:
+        made = await AsyncSandbox.create()
+        try:
+            # Longer than the test's timeout: a stream not ended at its deadline fails the test.
+            with pytest.raises(TimeoutException):
+                await made.commands.run("sleep 3600", timeout=2)
+            assert (await made.commands.run("echo still")).stdout == "still\n"
+        finally:
+            await made.kill()
+
+    asyncio.run(scenario())

@@ -164,7 +164,7 @@ class ProcessService:
         if pty is not None and pty.size is not None and pty.size.rows and pty.size.cols:
             await self._resize(sandbox, command, pty.size)
         yield pb.StartResponse(event=_event("start", pb.ProcessEvent.StartEvent(pid=command.pid)))
-        async for event in self._events(sandbox, command, started):
+        async for event in self._events(sandbox, command, started, ctx):
             yield pb.StartResponse(event=event)
 
     async def connect(
@@ -175,11 +175,15 @@ class ProcessService:
         read = await self._call(sandbox, "terminal", "read", terminal_id=command.terminal_id)
         start = pb.ProcessEvent.StartEvent(pid=command.pid)
         yield pb.ConnectResponse(event=_event("start", start))
-        async for event in self._events(sandbox, command, read):
+        async for event in self._events(sandbox, command, read, ctx):
             yield pb.ConnectResponse(event=event)
 
     async def _events(
-        self, sandbox: E2bSandbox, command: Command, first: dict[str, Any]
+        self,
+        sandbox: E2bSandbox,
+        command: Command,
+        first: dict[str, Any],
+        ctx: RequestContext[Any, Any],
     ) -> AsyncIterator[pb.ProcessEvent]:
         demux = Demux(command.stderr_marker) if command.stderr_marker else None
         answer = first
@@ -208,7 +212,7 @@ class ProcessService:
                     "wait",
                     terminal_id=command.terminal_id,
                     since_seq=answer["next_seq"],
-                    timeout_ms=POLL_TIMEOUT_MS,
+                    timeout_ms=_poll_ms(ctx),
                 )
             except ToolCallError as exc:
                 if exc.error_type in GONE:
@@ -299,6 +303,19 @@ class ProcessService:
             rows=size.rows,
             cols=size.cols,
         )
+
+
+def _poll_ms(ctx: RequestContext[Any, Any]) -> int:
+    """How long the next wait for output may last: ``POLL_TIMEOUT_MS``, or less when the
+    stream's deadline (the SDK's ``timeout``, sent as ``connect-timeout-ms``) is nearer. The
+    Connect server does not end a stream at its deadline; the stream does, as envd's does, with
+    ``DEADLINE_EXCEEDED`` (the SDK's ``TimeoutException``). The command goes on running."""
+    remaining = ctx.timeout_ms
+    if remaining is None:
+        return POLL_TIMEOUT_MS
+    if remaining <= 0:
+        raise ConnectError(Code.DEADLINE_EXCEEDED, "the command's stream reached its timeout")
+    return max(1, min(POLL_TIMEOUT_MS, int(remaining)))
 
 
 def _event(kind: str, value: Any) -> pb.ProcessEvent:
