@@ -25,12 +25,12 @@ from orchestrator.errors import InvalidArgumentError
 
 # What is read here of a tool and its operation (``tools._base``, which calls this module):
 # protocols, so this module needs nothing of it.
-class Tool(Protocol):
+class _Tool(Protocol):
     @property
     def unset_values(self) -> Mapping[str, tuple[Any, ...]]: ...
 
 
-class Operation(Protocol):
+class _Operation(Protocol):
     @property
     def name(self) -> str: ...
     @property
@@ -44,7 +44,7 @@ MAX_PROBLEMS = 5
 
 
 def read_arguments(
-    tool: Tool, operation: Operation, arguments: dict[str, Any]
+    tool: _Tool, operation: _Operation, arguments: dict[str, Any]
 ) -> pydantic.BaseModel:
     fields = operation.args.model_fields
     given: dict[str, Any] = {}
@@ -90,7 +90,7 @@ def _pairs(operation: str, key: str, pairs: list[Any]) -> dict[str, Any]:
     return mapping
 
 
-def _problem(tool: Tool, error: Any) -> str:
+def _problem(tool: _Tool, error: Any) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "arguments"
     if error["type"] != "extra_forbidden":
         return f"{where}: {error['msg']}"

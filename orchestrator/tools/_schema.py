@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 
-class Operation(Protocol):
+class _Operation(Protocol):
     """What the schemas read of an operation (``tools._base.Operation``, which builds its tool's
     schemas from here: a protocol, so this module needs nothing of it)."""
 
@@ -57,7 +57,7 @@ Uses = dict[str, list[tuple[str, dict[str, Any]]]]
 _DROPPED = frozenset({"title", "default", "description"})
 
 
-def input_schema(operations: Mapping[str, Operation]) -> dict[str, Any]:
+def input_schema(operations: Mapping[str, _Operation]) -> dict[str, Any]:
     """The tool's one input schema (see the module doc)."""
     uses = field_uses(operations)
     common = _required_by_all(operations, uses)
@@ -83,7 +83,7 @@ def output_schema() -> dict[str, Any]:
     return {"type": "object", "required": ["success"]}
 
 
-def field_uses(operations: Mapping[str, Operation]) -> Uses:
+def field_uses(operations: Mapping[str, _Operation]) -> Uses:
     """Each argument name, with the operations that take it and their property schemas."""
     uses: Uses = {}
     for operation in operations.values():
@@ -105,7 +105,7 @@ def is_map(prop: Mapping[str, Any]) -> bool:
     )
 
 
-def _required_by_all(operations: Mapping[str, Operation], uses: Uses) -> list[str]:
+def _required_by_all(operations: Mapping[str, _Operation], uses: Uses) -> list[str]:
     """Arguments every operation of a tool requires (said once, not per operation)."""
     if len(operations) < 2:
         return []
@@ -116,7 +116,7 @@ def _required_by_all(operations: Mapping[str, Operation], uses: Uses) -> list[st
     ]
 
 
-def _signature(operation: Operation, uses: Uses, common: list[str]) -> str:
+def _signature(operation: _Operation, uses: Uses, common: list[str]) -> str:
     """``name(required arguments): what it does``; the optional arguments' names say the rest
     (their meanings and defaults are in docs/reference/tools.md)."""
     required = [
