@@ -20,12 +20,12 @@ from websockets.exceptions import ConnectionClosed
 
 from orchestrator.backend.base import ContainerSpec
 from orchestrator.backend.kubernetes import KubernetesBackend, KubernetesSettings, pod_manifest
-from orchestrator.backend.kubernetes._api import ApiError, checked
+from orchestrator.backend.kubernetes._api import api_status, checked
 from orchestrator.backend.kubernetes._exec import WebSocketExec, refused_exec
 from orchestrator.backend.kubernetes._probe import probe_verdict
 from orchestrator.backend.kubernetes._settings import ClusterConnection
 from orchestrator.backend.kubernetes.backend import _started, _state
-from orchestrator.errors import BackendUnavailableError, ContainerNotFoundError
+from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
 from orchestrator.policy.model import load_policy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kubernetes"
@@ -117,12 +117,14 @@ def test_the_watch_events_say_running_only_at_the_last() -> None:
         ("pod_list_forbidden_403", 403, "Forbidden"),
     ],
 )
-def test_a_refusal_is_an_api_error_with_the_status_and_reason_of_the_answer(
+def test_a_refusal_is_a_backend_error_caused_by_the_status_and_reason_of_the_answer(
     name: str, status: int, reason: str
 ) -> None:
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(BackendError) as raised:
         checked(*answer(name), "a call")
-    assert (raised.value.status, raised.value.reason) == (status, reason)
+    assert type(raised.value) is BackendError
+    found = api_status(raised.value)
+    assert found is not None and (found.status, found.reason) == (status, reason)
     assert pod_of(name)["message"] in str(raised.value)
 
 

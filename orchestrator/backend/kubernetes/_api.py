@@ -2,7 +2,8 @@
 list, delete, watch), over one ``httpx2`` client, with the API server's answers translated in
 this one place: 404 is ``ContainerNotFoundError``, a refused connection or a timeout
 ``BackendUnavailableError``, any other failure (409 included: a Pod of that name exists)
-``ApiError`` (a ``BackendError``) carrying the ``Status``'s code, reason and message.
+``BackendError`` carrying the ``Status``'s message, caused by an ``ApiStatus`` with its code and
+reason.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx2
 from orchestrator.backend.kubernetes._settings import ClusterConnection
 from orchestrator.errors import BackendError, BackendUnavailableError, ContainerNotFoundError
 
-__all__ = ["ApiClient", "ApiError", "checked"]
+__all__ = ["ApiClient", "ApiStatus", "api_status", "checked"]
 
 # A REST call to the API server is milliseconds; past this it is in trouble (etcd, most often).
 REQUEST_TIMEOUT = 30.0
@@ -26,15 +27,21 @@ WATCH_TIMEOUT_S = 300
 HINT = "check the kubeconfig and that the API server answers (docs/kubernetes.md)"
 
 
-class ApiError(BackendError):
-    """The API server refused a call: its HTTP status and the ``Status``'s ``reason``
-    (``AlreadyExists``, ``Forbidden``, ``Invalid``, ``Expired``...), for callers that act on
-    one (a probe Pod that exists already)."""
+class ApiStatus(Exception):
+    """The API server's refusal, kept as the cause of the ``BackendError`` raised for it: its
+    HTTP status and the ``Status``'s ``reason`` (``AlreadyExists``, ``Forbidden``, ``Invalid``,
+    ``Expired``...), for callers that act on one (a probe Pod that exists already)."""
 
-    def __init__(self, message: str, *, status: int, reason: str) -> None:
-        super().__init__(message)
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
         self.status = status
         self.reason = reason
+
+
+def api_status(error: BaseException) -> ApiStatus | None:
+    """The API server's answer behind ``error``, if it was one."""
+    cause = error.__cause__
+    return cause if isinstance(cause, ApiStatus) else None
 
 
 class ApiClient:
@@ -113,8 +120,6 @@ def checked(status: int, content: bytes, what: str) -> dict[str, Any]:
     if status in (502, 503, 504):
         raise BackendUnavailableError(f"{what}: {status} {message}", hint=HINT)
     reason = str(data.get("reason") or "")
-    raise ApiError(
-        f"{what}: the API server answered {status} {reason}: {message}".replace("  ", " "),
-        status=status,
-        reason=reason,
-    )
+    raise BackendError(
+        f"{what}: the API server answered {status} {reason}: {message}".replace("  ", " ")
+    ) from ApiStatus(status, reason)

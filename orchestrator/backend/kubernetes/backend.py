@@ -43,7 +43,7 @@ from orchestrator.backend.base import (
     SnapshotImage,
     check_exec_spec,
 )
-from orchestrator.backend.kubernetes._api import ApiClient, ApiError
+from orchestrator.backend.kubernetes._api import ApiClient, api_status
 from orchestrator.backend.kubernetes._exec import (
     PROTOCOL_V5,
     WebSocketExec,
@@ -190,8 +190,9 @@ class KubernetesBackend:
         name = probe_name(self.settings)
         try:
             pod = await self.api.request("POST", self.api.pods_path(), body=manifest)
-        except ApiError as exc:
-            if exc.status != 409:  # 409: a probe of ours is there already: read it
+        except BackendError as exc:
+            answer = api_status(exc)
+            if answer is None or answer.status != 409:  # 409: a probe of ours is there: read it
                 raise
             pod = await self.api.request("GET", self.api.pods_path(name))
         verdict = probe_verdict(pod, self.settings.seccomp_profile)
