@@ -16,7 +16,7 @@ def write(path: Path, text: str) -> Path:
 def test_every_shipped_policy_loads_and_has_a_stable_hash() -> None:
     names = shipped_policy_names()
     assert names == [
-        "agent", "code-interpreter", "code-interpreter-full", "default", "pip", "python-data",
+        "agent", "code-interpreter", "code-interpreter-full", "default", "e2b", "pip", "python-data",
         "shell", "strict", "unrestricted-python",
     ]  # fmt: skip
     for name in names:

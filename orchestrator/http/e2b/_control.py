@@ -14,7 +14,7 @@ Bounds as on every surface: ``metadata`` is checked as a session's is (``check_m
 per-value and total size); listings are paginated (``limit`` up to ``MAX_LIST_LIMIT``, E2B's own,
 and ``nextToken``, answered in ``x-next-token``), newest first unless ``order=asc``.
 
-Templates: ``base`` is sandhold's ``shell`` policy (bash, full Python, a shell-first session),
+Templates: ``base`` is sandhold's ``e2b`` policy (the shell policy, dangerous commands unconfirmed),
 ``code-interpreter-v1`` the ``code-interpreter`` policy (pandas, matplotlib..., and node for
 JavaScript contexts); any other
 ``templateID`` that names a policy of this server is that policy. Anything else is E2B's 404.
@@ -48,7 +48,7 @@ from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
 
-TEMPLATES: Final = {"base": "shell", "code-interpreter-v1": "code-interpreter"}
+TEMPLATES: Final = {"base": "e2b", "code-interpreter-v1": "code-interpreter"}
 # The envd version the SDK is told: 0.6.4 has what this server implements (default user,
 # stdin close, octet-stream uploads, file metadata, watch events with entries, watches that
 # allow network mounts) and nothing it does not.
