@@ -361,7 +361,8 @@ class TemplateBuilds:
     def __init__(self, orchestrator: Any) -> None:
         self.orchestrator = orchestrator
         self.templates: dict[str, E2bTemplate] = {}
-        self.uploads = Path(tempfile.mkdtemp(prefix="sandhold-e2b-templates-"))
+        # Made on first use: a server that never builds leaves nothing behind.
+        self._uploads: Path | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.upload_bytes: dict[str, int] = {}
         self.building: set[str] = set()  # tenants with a build running
@@ -389,7 +390,9 @@ class TemplateBuilds:
     def _files_of(self, tenant: str) -> Path:
         """A tenant's uploads and build contexts: one tenant's files never serve another's
         build, nor does a files link tell one tenant what another uploaded."""
-        return self.uploads / "tenants" / hashlib.sha256(tenant.encode()).hexdigest()[:16]
+        if self._uploads is None:
+            self._uploads = Path(tempfile.mkdtemp(prefix="sandhold-e2b-templates-"))
+        return self._uploads / "tenants" / hashlib.sha256(tenant.encode()).hexdigest()[:16]
 
     def _named(self, tenant: str, name: str) -> E2bTemplate | None:
         for template in self.templates.values():
