@@ -64,6 +64,7 @@ _EXPORTS = {
     "STATUS_BY_ERROR_TYPE": "orchestrator.http._app",
     "BodyLimits": "orchestrator.http._bodies",
     "Caller": "orchestrator.http._front",
+    "ConnectionReset": "orchestrator.http._server",
     "Front": "orchestrator.http._front",
     "FrontDoor": "orchestrator.http._front",
     "HttpLimitsConfig": "orchestrator.http._limits",
@@ -101,7 +102,7 @@ if TYPE_CHECKING:
     from orchestrator.http._limits import HttpLimitsConfig
     from orchestrator.http._logs import RateLimitedLog, limit_log_rate
     from orchestrator.http._openapi import openapi_document
-    from orchestrator.http._server import HttpProtocol, HttpServer
+    from orchestrator.http._server import ConnectionReset, HttpProtocol, HttpServer
     from orchestrator.http._statuses import (
         CONNECT_CODES,
         E2B_STATUS,
@@ -120,6 +121,7 @@ __all__ = [
     "STATUS_BY_ERROR_TYPE",
     "BodyLimits",
     "Caller",
+    "ConnectionReset",
     "Front",
     "FrontDoor",
     "HttpLimitsConfig",

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import socket
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -87,9 +88,26 @@ def _refuse(sock: socket.socket, response: bytes) -> None:
     sock.close()
 
 
+class ConnectionReset(Exception):
+    """Raised by an application in the middle of its response: the connection is reset (a TCP
+    RST), not closed. A client reads a reset as the peer gone, a close mid-response as a
+    malformed answer; E2B's SDK probes a sandbox's health only after the former, as its proxy
+    resets the stream of a sandbox killed under a command."""
+
+
+def reset(transport: asyncio.BaseTransport) -> None:
+    """Drop the connection with a RST: no linger, then abort (no FIN, nothing flushed)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    cast(asyncio.WriteTransport, transport).abort()
+
+
 class HttpProtocol(H11Protocol):
     """uvicorn's h11 protocol (pinned, whatever else is installed) on a no-delay connection,
-    telling the connection table when its connection goes into a request and out of it."""
+    telling the connection table when its connection goes into a request and out of it, and
+    resetting it when the application raises ``ConnectionReset``."""
 
     def __init__(
         self,
@@ -104,6 +122,18 @@ class HttpProtocol(H11Protocol):
         super().__init__(config, server_state, app_state, _loop)
         self._tracked = connection
         self._table = table
+        self.app = self._resetting(self.app)
+
+    def _resetting(self, app: Any) -> Any:
+        async def resetting(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await app(scope, receive, send)
+            except ConnectionReset:
+                reset(self.transport)
+                if self.cycle is not None:  # gone by our hand: uvicorn has nothing to close
+                    self.cycle.disconnected = True
+
+        return resetting
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)

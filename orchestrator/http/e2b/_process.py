@@ -24,6 +24,7 @@ from connectrpc.request import RequestContext
 from protobuf import Oneof
 from starlette.types import Message, Receive, Scope, Send
 
+from orchestrator.http import ConnectionReset
 from orchestrator.http.e2b._context import current_sandbox
 from orchestrator.http.e2b._demux import Demux, new_marker, with_stderr_marked
 from orchestrator.http.e2b._envd import process_connect
@@ -65,8 +66,9 @@ def _cwd(config: pb.ProcessConfig) -> tuple[str | None, str]:
         return None, f"cd -- {shlex.quote(config.cwd)} && "
 
 
-class SandboxGone(Exception):
-    """The sandbox of a running command ended: its stream is cut off, not ended."""
+class SandboxGone(ConnectionReset):
+    """The sandbox of a running command ended: its stream is cut off (the connection reset),
+    not ended."""
 
 
 # Set per request by ``ProcessApplication``: whether the stream's sandbox ended under it.
@@ -77,10 +79,10 @@ class ProcessApplication:
     """envd's process service, whose stream is cut off (its last message never sent, the
     connection closed) when the sandbox ends while a command runs, as E2B's proxy drops it: an
     ending message would read as the command's own error. The SDK raises ``TimeoutException``.
-    Over HTTP/2 (E2B's proxy) the drop is a stream reset, which makes the SDK probe the
-    sandbox's health and say it was killed; over this server's HTTP/1.1 a closed connection is
-    a protocol error to the SDK's client, so its message speaks of a timeout instead (a reset
-    connection would read as killed, and ASGI has no way to ask for one)."""
+    Over HTTP/2 (E2B's proxy) the drop is a stream reset; over this server's HTTP/1.1 it is
+    the connection's (``ConnectionReset``): a close would be a malformed answer to the SDK's
+    client, which then speaks of a timeout, while after a reset it probes the sandbox's health
+    and says it was killed."""
 
     def __init__(self, service: Any, **options: Any) -> None:
         self._app = process_connect.ProcessASGIApplication(service, **options)
