@@ -32,7 +32,7 @@ CLUSTER_OPTIONS: dict[str, Any] = {
     "pod_pids_limit": 256,
     "network_isolated": True,
 }
-# The second node of ``SANDHOLD_KUBE_NODES=2 .ci/kube-cluster start``.
+# The second node of ``.ci/kube-cluster start`` (unless SANDHOLD_KUBE_NODES=1).
 SECOND_NODE = "sandhold-node-2"
 # Namespace creation and the default service account the controller makes: a second or two.
 NAMESPACE_READY_TIMEOUT = 60.0

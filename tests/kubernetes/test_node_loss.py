@@ -1,4 +1,4 @@
-"""Node loss on the two-node cluster of ``SANDHOLD_KUBE_NODES=2 .ci/kube-cluster start``:
+"""Node loss on the two-node cluster of ``.ci/kube-cluster start`` (its default):
 sessions spread over both nodes; the second node's kubelet killed (its containerd and the
 session's container keep running, as on a node cut off from the cluster) makes the session on
 it answer ``session_lost`` once the node controller has marked the node not ready (its grace,
@@ -39,7 +39,7 @@ POLL_S = 1.0
 def two_nodes(kube_cluster: Cluster) -> Cluster:
     names = [n["metadata"]["name"] for n in kube_cluster.api("GET", "/api/v1/nodes")["items"]]
     if SECOND_NODE not in names:
-        problem = f"the cluster has no second node (nodes: {names}): SANDHOLD_KUBE_NODES=2"
+        problem = f"the cluster has no second node (nodes: {names}; SANDHOLD_KUBE_NODES=1?)"
         if IN_CI:
             pytest.fail(f"CI is set and {problem}", pytrace=False)
         pytest.skip(problem)
