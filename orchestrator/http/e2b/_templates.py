@@ -139,8 +139,9 @@ def upload_tenant(path: str) -> str | None:
     return found[0] if found else None
 
 
-class BuildRefused(OrchestratorError):
-    """A build request sandhold cannot honour; ``error_type`` says which bound or option."""
+class BuildRefused(Exception):
+    """A build request sandhold cannot honour; ``error_type`` says which bound or option. Not
+    one of the error tree's: it never leaves this module but as E2B's 400 naming it."""
 
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(message)
