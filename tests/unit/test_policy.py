@@ -16,8 +16,8 @@ def write(path: Path, text: str) -> Path:
 def test_every_shipped_policy_loads_and_has_a_stable_hash() -> None:
     names = shipped_policy_names()
     assert names == [
-        "agent", "code-interpreter", "code-interpreter-full", "default", "e2b", "pip", "python-data",
-        "shell", "strict", "unrestricted-python",
+        "agent", "code-interpreter", "code-interpreter-full", "default", "e2b", "pip",
+        "python-data", "shell", "strict", "unrestricted-python",
     ]  # fmt: skip
     for name in names:
         assert load_policy(name).hash == load_policy(name).hash
