@@ -15,7 +15,9 @@ Printed (JSON): calls by interface and outcome, p50/p99 per operation outside fa
 each fault with its window, sessions lost (each must fall in a restart's window), state resets
 (each must have been reported), leftovers after a clean stop (containers, networks, registry
 rows: all 0), serve's RSS at start and end. Exit 1 on a leftover, an unexplained loss or reset,
-an ``internal`` answer, or RSS growth past 10 % in one serve process.
+an ``internal`` answer, a call unanswered outside a fault's window (a hang), or RSS growth past
+10 % in one serve process. ``run_soak`` is the same against an engine the caller gives
+(``tests/faults/test_soak.py`` runs it for two minutes in CI).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class Soak:
     lost: list[tuple[float, str]] = field(default_factory=list)
     resets: list[tuple[float, bool]] = field(default_factory=list)
     reset_answers: list[dict[str, Any]] = field(default_factory=list)
+    unanswered: list[tuple[float, str]] = field(default_factory=list)
     internal: list[dict[str, Any]] = field(default_factory=list)
     sessions: set[str] = field(default_factory=set)
     rss: list[tuple[int, int | None, int | None]] = field(default_factory=list)
@@ -168,6 +171,8 @@ class Soak:
         outcome = "no_answer" if answer is None else (
             "ok" if answer.get("success") else str(answer.get("error_type")))  # fmt: skip
         self.calls[(interface, outcome)] += 1
+        if answer is None:
+            self.unanswered.append((time.time(), f"{interface}.{op}"))
         if answer is not None and answer.get("error_type") == "internal":
             self.internal.append(answer)
         if not self.fault_active and outcome == "ok":
@@ -488,6 +493,9 @@ def _report(soak: Soak, leftovers: dict[str, int]) -> dict[str, Any]:
         if kind != "session_lost" or not soak.in_window(at, ("engine_restart", "serve_kill9"))
     ]  # fmt: skip
     unreported_resets = [at for at, reported in soak.resets if not reported]
+    # A call with no answer is one a kill -9 cut, or one that hung (its client gave up after
+    # CALL_TIMEOUT): only the first may happen, and only in a fault's window.
+    hung = [(round(at, 1), op) for at, op in soak.unanswered if not soak.in_window(at, FAULTS)]
     growth = [
         (end - start) / start for _, start, end in soak.rss if start and end
     ]  # fmt: skip
@@ -495,6 +503,7 @@ def _report(soak: Soak, leftovers: dict[str, int]) -> dict[str, Any]:
         "leftovers": {k: v for k, v in leftovers.items() if v},
         "losses_outside_a_restart_or_not_session_lost": len(unexplained_losses),
         "resets_not_reported": len(unreported_resets),
+        "unanswered_outside_a_fault": hung,
         "internal_answers": len(soak.internal),
         "rss_growth_past_10_percent": [g for g in growth if g > MAX_RSS_GROWTH],
     }
