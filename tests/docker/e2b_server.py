@@ -40,9 +40,11 @@ def e2b_key() -> str:
     return "e2b_" + secrets.token_hex(20)
 
 
-def _tenants_file(path: Path, keys: dict[str, str]) -> None:
+def _tenants_file(path: Path, keys: dict[str, str], quotas: dict[str, int] | None = None) -> None:
+    limits = "".join(f"{name} = {value}\n" for name, value in (quotas or {}).items())
     path.write_text("".join(
-        f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{hash_key(key)}"\n\n'
+        f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{hash_key(key)}"\n'
+        + (f"[tenant.quotas]\n{limits}" if limits else "") + "\n"
         for name, key in keys.items()
     ))  # fmt: skip
 
@@ -72,10 +74,13 @@ def _read_until_e2b_line(process: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def e2b_server(image: str, tmp_path: Path, *, set_env: bool = True) -> Iterator[E2bServer]:
+def e2b_server(
+    image: str, tmp_path: Path, *, set_env: bool = True, quotas: dict[str, int] | None = None
+) -> Iterator[E2bServer]:
+    """``quotas``: each tenant's (the tenants file's ``[tenant.quotas]``), none by default."""
     keys = {"team-a": e2b_key(), "team-b": e2b_key()}
     tenants = tmp_path / "tenants.toml"
-    _tenants_file(tenants, keys)
+    _tenants_file(tenants, keys, quotas)
     orchestrator_id = f"test-e2b-{RUN_ID}-{secrets.token_hex(4)}"
     env = {
         **os.environ,

@@ -33,6 +33,7 @@ from orchestrator.http.e2b._filesystem import FilesystemService
 from orchestrator.http.e2b._interpreter import Interpreter
 from orchestrator.http.e2b._process import ProcessApplication, ProcessService
 from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable
+from orchestrator.http.e2b._snapshots import E2bSnapshots
 from orchestrator.http.e2b._surface import ENVD_PORT, INTERPRETER_PORT, E2bSurface
 from orchestrator.http.e2b._templates import TemplateBuilds
 
@@ -56,8 +57,11 @@ class E2bApp:
         self.orchestrator = orchestrator
         self.table = table
         self.templates = TemplateBuilds(orchestrator)
+        control = Control(orchestrator, self.table)
+        # A fork makes its sandboxes as a create from its snapshot does.
+        snapshots = E2bSnapshots(orchestrator, self.table, control._create)
         self.control = Starlette(
-            routes=[*self.templates.routes(), *Control(orchestrator, self.table).routes()]
+            routes=[*self.templates.routes(), *snapshots.routes(), *control.routes()]
         )
         process: Any = ProcessService(orchestrator)
         filesystem: Any = FilesystemService(orchestrator)

@@ -18,7 +18,7 @@ Templates: ``base`` is sandhold's ``e2b`` policy (the shell policy, dangerous co
 ``code-interpreter-v1`` the ``code-interpreter`` policy (pandas, matplotlib..., and node for
 JavaScript contexts); any other
 ``templateID`` that names a policy of this server is that policy. Anything else is E2B's 404.
-What E2B offers and sandhold does not (template builds, snapshots, forks, volumes, logs) is
+What E2B offers and sandhold does not (volumes, logs, ...) is
 answered 501 with a message saying so, never left hanging."""
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from orchestrator.http import CALLER_SCOPE_KEY, E2B_STATUS, Caller, status_for
 from orchestrator.http.e2b._errors import e2b_error, status_of
 from orchestrator.http.e2b._network import apply_network
 from orchestrator.http.e2b._sandboxes import E2bSandbox, SandboxTable, utc_now
+from orchestrator.http.e2b._snapshots import snapshot_template
 from orchestrator.http.e2b._tooling import ToolCallError, call
 
 __all__ = ["ENVD_VERSION", "TEMPLATES", "Control"]
@@ -238,6 +239,12 @@ class Control:
         if not isinstance(template, str):
             return e2b_error(400, "templateID is required")
         policy = self.policy_for(template)
+        # One of the caller's snapshots as the template: a session made from it (``_snapshots``).
+        snapshot = (
+            await snapshot_template(self.orchestrator, tenant, template) if policy is None else None
+        )
+        if snapshot is not None:
+            policy = snapshot.policy
         if policy is None:
             return e2b_error(404, f"template '{template}' not found")
         timeout = body.get("timeout", DEFAULT_TIMEOUT_S)
@@ -259,6 +266,7 @@ class Control:
                 policy=policy,
                 env=envs or None,
                 metadata=metadata or None,
+                snapshot=snapshot.snapshot_id if snapshot is not None else None,
             )
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
