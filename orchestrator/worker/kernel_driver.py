@@ -177,7 +177,11 @@ class DriverAdapter:
             if index < MAX_IMAGES:
                 with open(image, "rb") as file:
                     data = base64.b64encode(file.read()).decode("ascii")
-                reply["results"].append({"image/png": data, "is_main_result": False})
+                # Every bundle has a text form (the host's protocol requires one).
+                shown = f"<{self.LANGUAGE} plot {index + 1}>"
+                reply["results"].append(
+                    {"image/png": data, "text/plain": shown, "is_main_result": False}
+                )
             os.unlink(image)
         return reply
 
