@@ -293,14 +293,14 @@ class SessionManager:
         env: Any = None,
         metadata: Any = None,
         snapshot: Any = None,
+        image: str | None = None,
     ) -> Session:
         """A new session for the caller; ``env`` (checked against its policy before anything
         is made) is seen by every process in it; ``metadata`` is kept with it (``list``). From
         a ``snapshot`` (``snapshots``): its files, policy, env and metadata, the last two
-        updated by those given."""
-        tenant = tenant or self.config.tenant
-        task = current_task()
-        image, unpack = None, None
+        updated by those given. From an ``image`` instead of its policy's: in-process adapters
+        only (no tool takes it), which pass an image they built for ``tenant``."""
+        tenant, task, unpack = tenant or self.config.tenant, current_task(), None
         if snapshot is not None:
             policy, env, metadata, image = self.snapshots.start_from(
                 snapshot, tenant, policy=policy, env=env, metadata=metadata

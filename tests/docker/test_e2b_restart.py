@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import Sandbox, SandboxState
+from e2b import Sandbox, SandboxException, SandboxState, Template
 
 from orchestrator.images import ImageBuildResult
 from tests.conftest import RUN_ID, TEST_RUN_LABEL
@@ -172,3 +172,26 @@ def test_a_rest_session_keeps_its_metadata_and_lifetime_across_kill_9(serve: Ser
             time.sleep(1)
         assert ran.get("error_type") == "session_not_found", ran
         assert "set_timeout" in str(ran.get("error_message")), ran
+
+
+def test_a_sandbox_of_a_template_build_is_adopted_with_its_image_after_kill_9(
+    serve: Serve,
+) -> None:
+    """A sandbox made from a build (the templates test's jq steps: cached) runs the build's
+    image; after kill -9 its container is adopted as it is (the build, in memory, is gone, and
+    with it a new create of the name)."""
+    steps = Template().from_template("base").apt_install("jq").run_cmd("jq --version")
+    api = {k: v for k, v in serve.sdk().items() if k != "sandbox_url"}
+    Template.build(steps, "jq-restart", **api)
+    made = Sandbox.create("jq-restart", timeout=600, **serve.sdk())
+    try:
+        serve.kill_9()
+        serve.start()
+        again = Sandbox.connect(made.sandbox_id, **serve.sdk())
+        assert again.commands.run("jq -n '[1, 2] | add'").stdout == "3\n"
+        assert again.get_info().template_id == "jq-restart"
+        with pytest.raises(SandboxException, match="404"):
+            Sandbox.create("jq-restart", **serve.sdk())
+    finally:
+        with contextlib.suppress(Exception):
+            Sandbox.kill(made.sandbox_id, **serve.sdk())

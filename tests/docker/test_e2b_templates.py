@@ -1,9 +1,10 @@
 """E2B's template build API driven by E2B's own SDK against a real ``sandhold serve
 --e2b-port``, each build a real sandhold template build (network off, over the worker image):
 ``run_cmd`` (also as another user), symlinks, envs, ``copy`` of uploaded files, tags,
-``Template.exists``, background builds whose status and logs are polled; and what cannot be
-built refused clearly: an image sandhold does not have (never pulled), ``pip_install`` from an
-index, a failing command (its output in the logs), too many steps. Builds are a few small
+``Template.exists``, background builds whose status and logs are polled, a sandbox made from a
+build (its tenant's only); and what cannot be built refused clearly: an image sandhold does not
+have (never pulled), ``pip_install`` from an index, a failing command (its output in the logs),
+too many steps. Builds are a few small
 layers over ``base``, cached by their inputs: a rerun of the module rebuilds nothing."""
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import BuildException, LogEntry, Template
+from e2b import (
+    BuildException,
+    CommandExitException,
+    LogEntry,
+    Sandbox,
+    SandboxException,
+    Template,
+)
 
 from orchestrator.http.e2b._templates import MAX_STEPS
 from orchestrator.images import ImageBuildResult
@@ -152,3 +160,26 @@ def test_one_tenants_uploads_serve_no_other_tenants_build(server: E2bServer) -> 
             assert started.status_code == 400, started.text
             assert "template_files" in started.json()["message"]
     assert answers["team-a"]["present"] is False and answers["team-b"]["present"] is False
+
+
+def test_a_sandbox_is_made_from_a_build_of_its_own_tenant_only(server: E2bServer) -> None:
+    """The apt test's steps again (its layers are current: no build), under another name: a
+    sandbox of it has jq, which the base template lacks; team-b's create of the name is E2B's
+    404, as for a name never built."""
+    template = Template().from_template("base").apt_install("jq").run_cmd("jq --version")
+    built = Template.build(template, "jq-sandbox")
+    Template.assign_tags("jq-sandbox", "v1")
+    for name in ("jq-sandbox", "jq-sandbox:v1", built.template_id):
+        sandbox = Sandbox.create(name)
+        try:
+            ran = sandbox.commands.run("jq -n '[1, 2] | add'")
+            assert (ran.exit_code, ran.stdout.strip()) == (0, "3")
+            assert sandbox.get_info().template_id == name
+        finally:
+            sandbox.kill()
+    # The build's image is not the base template's.
+    with Sandbox.create("base") as plain, pytest.raises(CommandExitException):
+        plain.commands.run("command -v jq")
+    for name in ("jq-sandbox", built.template_id, "never-built"):
+        with pytest.raises(SandboxException, match="404"):
+            Sandbox.create(name, api_key=server.keys["team-b"])

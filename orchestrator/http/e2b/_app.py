@@ -57,7 +57,7 @@ class E2bApp:
         self.orchestrator = orchestrator
         self.table = table
         self.templates = TemplateBuilds(orchestrator)
-        control = Control(orchestrator, self.table)
+        control = Control(orchestrator, self.table, self.templates.image_for)
         # A fork makes its sandboxes as a create from its snapshot does.
         snapshots = E2bSnapshots(orchestrator, self.table, control._create)
         self.control = Starlette(

@@ -17,7 +17,9 @@ and ``nextToken``, answered in ``x-next-token``), newest first unless ``order=as
 Templates: ``base`` is sandhold's ``e2b`` policy (the shell policy, dangerous commands unconfirmed),
 ``code-interpreter-v1`` the ``code-interpreter`` policy (pandas, matplotlib..., and node for
 JavaScript contexts); any other
-``templateID`` that names a policy of this server is that policy. Anything else is E2B's 404.
+``templateID`` that names a policy of this server is that policy; a ready template build of the
+caller's tenant (``_templates``: its name, id or ``name:tag``) is the ``e2b`` policy over the
+build's image. Anything else is E2B's 404.
 What E2B offers and sandhold does not (volumes, logs, ...) is
 answered 501 with a message saying so, never left hanging."""
 
@@ -32,6 +34,7 @@ import datetime
 import secrets
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, Final
 
 from starlette.requests import Request
@@ -104,9 +107,16 @@ def refusal(exc: OrchestratorError) -> Response:
 
 
 class Control:
-    def __init__(self, orchestrator: Any, table: SandboxTable) -> None:
+    def __init__(
+        self,
+        orchestrator: Any,
+        table: SandboxTable,
+        build_image: Callable[[str, str], str | None] | None = None,
+    ) -> None:
         self.orchestrator = orchestrator
         self.table = table
+        # The image of a ready template build of the tenant's, by name (``_templates``).
+        self.build_image = build_image or (lambda tenant, name: None)
 
     def routes(self) -> list[Route]:
         return [
@@ -191,6 +201,20 @@ class Control:
             return refusal(exc)
         return None
 
+    async def _create_from(
+        self, tenant: str, policy: str, image: str, envs: dict[str, str], metadata: Any
+    ) -> dict[str, Any]:
+        """A session of ``policy`` made from a template build's ``image`` (the build is the
+        caller's: ``build_image`` looked it up by tenant); a refusal as a tool's would be."""
+        try:
+            session = await self.orchestrator.create_session(
+                tenant=tenant, policy=policy, env=envs or None, metadata=metadata or None,
+                image=image,
+            )  # fmt: skip
+        except OrchestratorError as exc:
+            raise ToolCallError(exc.code, str(exc)) from None
+        return {"session_id": session.id}
+
     def created(self, sandbox: E2bSandbox, status: int = 201) -> JSONResponse:
         return JSONResponse(
             {
@@ -239,6 +263,10 @@ class Control:
         if not isinstance(template, str):
             return e2b_error(400, "templateID is required")
         policy = self.policy_for(template)
+        # One of the caller's template builds: the base template's policy over the build's image.
+        image = self.build_image(tenant, template) if policy is None else None
+        if image is not None:
+            policy = TEMPLATES["base"]
         # One of the caller's snapshots as the template: a session made from it (``_snapshots``).
         snapshot = (
             await snapshot_template(self.orchestrator, tenant, template) if policy is None else None
@@ -258,16 +286,19 @@ class Control:
         except InvalidArgumentError as exc:
             return e2b_error(400, f"invalid_argument: {exc}")
         try:
-            created = await call(
-                self.orchestrator,
-                tenant,
-                "session",
-                "create",
-                policy=policy,
-                env=envs or None,
-                metadata=metadata or None,
-                snapshot=snapshot.snapshot_id if snapshot is not None else None,
-            )
+            if image is not None:  # no tool takes an image: the core, as for a tool's create
+                created = await self._create_from(tenant, policy, image, envs, metadata)
+            else:
+                created = await call(
+                    self.orchestrator,
+                    tenant,
+                    "session",
+                    "create",
+                    policy=policy,
+                    env=envs or None,
+                    metadata=metadata or None,
+                    snapshot=snapshot.snapshot_id if snapshot is not None else None,
+                )
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
         # What E2B's create asks of the new session beyond sandhold's own create (its network

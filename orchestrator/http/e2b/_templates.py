@@ -159,8 +159,9 @@ class Build:
     logs: list[dict[str, str]] = dataclasses.field(default_factory=list)
     reason: str | None = None
     step: str | None = None
-    # The sandhold template of the last layer, once ready.
+    # The sandhold template of the last layer and its image, once ready.
     template: str | None = None
+    image: str | None = None
 
     def say(self, message: str, level: str = "info") -> None:
         if len(self.logs) < MAX_LOG_ENTRIES:
@@ -401,16 +402,26 @@ class TemplateBuilds:
                 return template
         return None
 
-    def template_for(self, tenant: str, name: str) -> str | None:
-        """The sandhold template of a ready build of ``tenant`` named ``name`` (``name:tag``
-        for a tag), or None."""
+    def _ready(self, tenant: str, name: str) -> Build | None:
+        """The ready build of ``tenant`` that ``name`` (its name or template id, ``:tag`` for
+        a tag) names, or None: another tenant's names name nothing."""
         base, _, tag = name.partition(":")
         template = self._named(tenant, base)
         if template is None:
             return None
-        build_id = template.tags.get(tag or "default")
-        build = template.builds.get(build_id or "")
-        return build.template if build is not None and build.status == "ready" else None
+        build = template.builds.get(template.tags.get(tag or "default") or "")
+        return build if build is not None and build.status == "ready" else None
+
+    def template_for(self, tenant: str, name: str) -> str | None:
+        """The sandhold template of the ready build ``name`` of ``tenant``, or None."""
+        build = self._ready(tenant, name)
+        return build.template if build is not None else None
+
+    def image_for(self, tenant: str, name: str) -> str | None:
+        """The image of the ready build ``name`` of ``tenant`` (``Sandbox.create``'s template),
+        or None."""
+        build = self._ready(tenant, name)
+        return build.image if build is not None else None
 
     async def _body(self, request: Request) -> dict[str, Any] | Response:
         try:
@@ -601,7 +612,7 @@ class TemplateBuilds:
         except Exception as exc:  # the engine's failure, whatever it is, is the build's answer
             build.status, build.reason = "error", f"template_build: {exc}"
         else:
-            build.template = final
+            build.template, build.image = final, image.tag
             build.status = "ready"
             build.say(f"[sandhold] {image.tag} ready")
         finally:
