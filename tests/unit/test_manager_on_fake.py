@@ -35,7 +35,7 @@ from orchestrator.errors import (
     SessionNotFoundError,
 )
 from orchestrator.session.repl.protocol import PROTOCOL_VERSION
-from orchestrator.session.repl.worker_process import PID_ANNOUNCER
+from orchestrator.session.repl.worker_process import PID_ANNOUNCER, READY_TIMEOUT
 
 pytestmark = pytest.mark.anyio
 
@@ -395,3 +395,25 @@ class _FakeHeld:
     def __init__(self, *, idle_s: float, ends_at: float | None) -> None:
         self.ends_at = ends_at
         self.policy = type("P", (), {"timeouts": type("T", (), {"idle_s": idle_s})()})()
+
+
+async def test_a_worker_whose_engine_froze_as_it_started_is_the_engines_failure(
+    fake: FakeBackend,
+) -> None:
+    """No ready frame in time, and the engine does not answer a ping either (frozen, or
+    restarting): ``backend_unavailable``, which a client retries, not ``process_crashed``."""
+
+    def frozen_engine_worker(process: FakeProcess) -> ProgramRun:
+        process.write(f"sandhold-pid {process.pid}\n".encode())
+        fake.reachable = False  # the engine froze before the worker said it was ready
+        while (yield) is not None:
+            pass
+        return 0
+
+    fake.program(PID_ANNOUNCER, frozen_engine_worker)
+    with anyio.fail_after(STEP_TIMEOUT + READY_TIMEOUT):
+        async with Orchestrator(settings(), backend=fake) as orch:
+            with pytest.raises(BackendUnavailableError) as refused:
+                await orch.create_session()
+            assert refused.value.code == "backend_unavailable"
+            fake.reachable = True

@@ -82,6 +82,9 @@ WATCH_INTERVAL = 1.0
 IDLE_PROBE_AFTER = 1.0
 # Introspection replies are small and fast; a worker that needs longer is stuck.
 QUICK_OP_TIMEOUT = 10.0
+# How long a ping may take to tell a frozen engine from a worker that failed to start: an engine
+# that answers at all answers a ping in milliseconds.
+ENGINE_CHECK_TIMEOUT = 5.0
 # numpy, pandas, matplotlib and scipy import in a few seconds from a cold page cache.
 PRELOAD_TIMEOUT = 120.0
 
@@ -215,11 +218,27 @@ class Repl:
                     env=self._session_env,
                 )
             except (ProtocolViolation, WorkerExited, TimeoutError) as exc:
+                if isinstance(exc, TimeoutError) and not await self._engine_answers():
+                    raise BackendUnavailableError(
+                        "the engine stopped answering while the Python worker started",
+                        hint="retry once the engine answers (its readiness: /readyz)",
+                    ) from exc
                 cause = str(exc) or "no ready frame in time"
                 raise ProcessCrashedError("the Python worker failed to start", cause=cause) from exc
             if self._on_new_worker is not None:
                 self._on_new_worker(self._worker.pid)
         return self._worker
+
+    async def _engine_answers(self) -> bool:
+        """Whether the engine answers a ping in time: a worker whose ready frame did not come
+        behind a frozen or restarting engine is the engine's failure, not the worker's."""
+        with anyio.move_on_after(ENGINE_CHECK_TIMEOUT):
+            try:
+                await self._backend.ping()
+            except BackendError:
+                return False
+            return True
+        return False
 
     async def _adopt(self, pid: int) -> None:
         """Reach the worker an earlier orchestrator left running. One still busy with a cell
