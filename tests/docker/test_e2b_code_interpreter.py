@@ -109,10 +109,12 @@ def test_code_contexts_keep_their_own_state_and_cwd(sandbox: Sandbox) -> None:
     made = sandbox.create_code_context(cwd="/home/user/ctx-dir-test")
     assert made.language == "python" and made.cwd == "/home/user/ctx-dir-test"
     assert (
-        sandbox.run_code("import os\nos.getcwd()", context=made).text == "'/workspace/ctx-dir-test'"
+        sandbox.run_code("import os\nos.getcwd()", context=made).text == "/workspace/ctx-dir-test"
     )
-    assert sandbox.run_code("y = 'mine'\ny", context=made).text == "'mine'"
-    assert sandbox.run_code("y").text == "'default'"
+    # A str result is shown as the string, as E2B's kernel shows it (a REPL shows its repr).
+    assert sandbox.run_code("y = 'mine'\ny", context=made).text == "mine"
+    assert sandbox.run_code("y").text == "default"
+    assert sandbox.run_code("[y]").text == "['default']"
     listed = {c.id: c for c in sandbox.list_code_contexts()}
     assert listed["default"].cwd == "/home/user" and made.id in listed
     sandbox.restart_code_context(made)

@@ -13,6 +13,7 @@ kernel for is refused with 400, as is a context of another language under a rest
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
 import math
@@ -63,7 +64,23 @@ def result_of(bundle: dict[str, Any]) -> dict[str, Any]:
     for mime, value in bundle.items():
         if mime in _MIME:
             result[_MIME[mime]] = value
+    if result["is_main_result"] and [m for m in bundle if m in _MIME] == ["text/plain"]:
+        result["text"] = _unquoted(result["text"])
     return result
+
+
+def _unquoted(text: Any) -> Any:
+    """E2B's Python kernel shows a str result as the string itself, where a REPL (sandhold's
+    ``result``) shows its repr: a text that is one str literal, and nothing else, is given
+    unquoted. Only a quoted text is parsed (one token: no nesting to exhaust), and a repr cut
+    short by the worker's bound does not parse and stays as it is."""
+    if not isinstance(text, str) or text[:1] not in ("'", '"'):
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    return value if isinstance(value, str) else text
 
 
 def _context(info: dict[str, Any]) -> dict[str, Any]:
