@@ -103,6 +103,23 @@ def test_javascript_runs_in_its_own_context(sandbox: Sandbox) -> None:
     assert failed.error is not None and failed.error.name == "TypeError"
 
 
+def test_python_and_javascript_are_listed_before_their_first_use_where_node_is(
+    sandbox: Sandbox, server: E2bServer
+) -> None:
+    """As E2B lists a default context per language up front; JavaScript's is made on first use,
+    and a sandbox without node (``base``) lists none."""
+    languages = {c.language for c in sandbox.list_code_contexts()}
+    assert {"python", "javascript"} <= languages
+    assert sandbox.run_code("40 + 2", language="javascript").text == "42"
+    listed = [c for c in sandbox.list_code_contexts() if c.language == "javascript"]
+    assert [c.id for c in listed] == ["javascript"]
+    plain = Sandbox.create("base", request_timeout=600)
+    try:
+        assert {c.language for c in plain.list_code_contexts()} == {"python"}
+    finally:
+        plain.kill()
+
+
 def test_code_contexts_keep_their_own_state_and_cwd(sandbox: Sandbox) -> None:
     sandbox.run_code("y = 'default'")
     sandbox.files.make_dir("/home/user/ctx-dir-test")

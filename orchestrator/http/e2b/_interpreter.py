@@ -50,6 +50,12 @@ _MIME: Final = {
 }
 
 
+# JavaScript's own context, listed before its first use as E2B lists it (its id is the
+# language's name), where the image has Debian's node.
+JAVASCRIPT: Final = "javascript"
+NODE_PACKAGE: Final = "nodejs"
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat()
 
@@ -223,12 +229,27 @@ class Interpreter:
         return lines
 
     async def list_contexts(self, request: Request) -> Response:
+        """The sandbox's contexts, and JavaScript's own default among them before its first use
+        where the sandbox can run it, as E2B lists a default context per language up front (it
+        is made on first use: ``contexts.for_language``)."""
         sandbox = current_sandbox()
         try:
             contexts = await self._contexts(sandbox)
         except ToolCallError as exc:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
-        return JSONResponse([_context(c) for c in contexts])
+        listed = [_context(c) for c in contexts]
+        if JAVASCRIPT not in {c["language"] for c in listed} and self._runs_javascript(sandbox):
+            listed.append({"id": JAVASCRIPT, "language": JAVASCRIPT, "cwd": to_e2b(WORKSPACE)})
+        return JSONResponse(listed)
+
+    def _runs_javascript(self, sandbox: E2bSandbox) -> bool:
+        """Whether the sandbox's image has node (a template of its policy's chain installs it)
+        and its policy lets contexts other than Python's run."""
+        policy = self._orchestrator.policy(sandbox.policy)
+        if policy.python.mode == "restricted":
+            return False
+        chain = self._orchestrator.templates().chain(policy.image.template)
+        return any(NODE_PACKAGE in template.debs for template in chain)
 
     async def create_context(self, request: Request) -> Response:
         try:
