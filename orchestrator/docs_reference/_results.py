@@ -277,7 +277,7 @@ NETWORK_DENIED = {
 
 CONTEXT_FIELDS = {
     "id": ("string", "The context's id (`default`: the session's own REPL)."),
-    "language": ("string", "`python`, `bash` or `javascript`."),
+    "language": ("string", "`python`, `bash`, `javascript`, `typescript`, `r` or `java`."),
     "cwd": ("string or null", "Its working directory; null: the session's."),
 }
 CONTEXT = {"context": ("object", "The context: `id`, `language`, `cwd`.")}

@@ -42,7 +42,9 @@ class ExecuteArgs(ToolArgs):
 
 class CreateContextArgs(ToolArgs):
     session_id: str = SESSION_ID
-    language: str = Field("python", description="`python`, `bash` or `javascript`.")
+    language: str = Field(
+        "python", description="`python`, `bash`, `javascript`, `typescript`, `r`, `java`."
+    )
     cwd: str | None = Field(None, description="Absolute working directory of the context.")
 
 
