@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.http.e2b._templates import MAX_STEPS, BuildRefused, _check_tar, plan_layers
+from orchestrator.http.e2b._templates import (
+    MAX_STEPS,
+    MAX_UNPACKED_BYTES,
+    BuildRefused,
+    _check_tar,
+    plan_layers,
+)
 
 DIGEST = "a" * 64
 APT = (
@@ -129,3 +135,51 @@ def test_an_upload_that_is_not_plain_files_is_refused(data: bytes, message: str)
     with pytest.raises(BuildRefused, match=message) as refused:
         _check_tar(data)
     assert refused.value.error_type == "template_files"
+
+
+class _Zeros(io.RawIOBase):
+    """``size`` zero bytes, made as they are read: a bomb's payload never sits in memory."""
+
+    def __init__(self, size: int) -> None:
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = min(len(buffer), self._left)
+        buffer[:count] = bytes(count)
+        self._left -= count
+        return count
+
+
+def _bomb(compression: str) -> bytes:
+    """A small archive of one file of zeros past ``MAX_UNPACKED_BYTES``."""
+    out = io.BytesIO()
+    # The fastest level of each: the bomb is made in the test, and zeros shrink at any level.
+    level = {"preset": 0} if compression == "xz" else {"compresslevel": 1}
+    with tarfile.open(fileobj=out, mode=f"w:{compression}", **level) as archive:
+        member = tarfile.TarInfo("zeros")
+        member.size = MAX_UNPACKED_BYTES + 1024 * 1024
+        archive.addfile(member, _Zeros(member.size))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("compression", ["gz", "bz2", "xz"])
+def test_a_compression_bomb_is_refused_before_it_is_unpacked(compression: str) -> None:
+    bomb = _bomb(compression)
+    assert len(bomb) < MAX_UNPACKED_BYTES // 100  # small on the wire
+    with pytest.raises(BuildRefused, match="unpacks to more than") as refused:
+        _check_tar(bomb)
+    assert refused.value.error_type == "template_files"
+
+
+def test_a_sparse_file_is_refused() -> None:
+    """A sparse member claims any size its holes make; the image would hold the file whole."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        member = _member("holes")
+        member.type = tarfile.GNUTYPE_SPARSE
+        archive.addfile(member, io.BytesIO(b"x"))
+    with pytest.raises(BuildRefused, match="not a file, folder or link"):
+        _check_tar(out.getvalue())

@@ -41,12 +41,15 @@ do, and a rebuild of the same steps is a cache hit)."""
 from __future__ import annotations
 
 import asyncio
+import bz2
 import dataclasses
 import datetime
+import gzip
 import hashlib
 import io
 import json
 import logging
+import lzma
 import re
 import secrets
 import shutil
@@ -76,6 +79,9 @@ MAX_STEP_CHARS: Final = 16_384
 # The front door's bound on any body (``MAX_BODY_BYTES``) is the upload's too.
 MAX_UPLOAD_BYTES: Final = MAX_BODY_BYTES
 MAX_UPLOADS_BYTES: Final = 256 * 1024 * 1024
+# What one upload may unpack to: the engine unpacks it into the image being built, so a bomb (a
+# small archive of a huge file) would fill the build's disk. Read to this bound, refused past it.
+MAX_UNPACKED_BYTES: Final = 512 * 1024 * 1024
 MAX_BUILDS: Final = 64
 MAX_LOG_ENTRIES: Final = 2_000
 # The SDK reads at most this many entries per poll (E2B's own page).
@@ -338,23 +344,63 @@ def _layer_templates(parent: str, layers: list[Layer], uploads: Path) -> list[Te
     return made
 
 
+class _Bounded(io.RawIOBase):
+    """A stream read to at most ``limit`` bytes: past it, the upload is refused."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self._stream = stream
+        self._left = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count: int = self._stream.readinto(buffer)
+        self._left -= count
+        if self._left < 0:
+            raise BuildRefused(
+                "template_files", f"the upload unpacks to more than {MAX_UNPACKED_BYTES} bytes"
+            )
+        return count
+
+
+def _unpacking(data: bytes) -> Any:
+    """The tar inside ``data``, decompressed as it is read (gzip, bzip2 and xz, which the
+    engine's ``ADD`` unpacks too), or ``data`` itself."""
+    raw = io.BytesIO(data)
+    if data.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw)
+    if data.startswith(b"BZh"):
+        return bz2.BZ2File(raw)
+    if data.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)
+    return raw
+
+
 def _check_tar(data: bytes) -> None:
-    """An upload is a tar (gzip or not) of files, folders and links with relative names that
-    stay within it, at most ``MAX_CONTEXT_FILES`` entries. Nothing is unpacked on this host:
-    the engine unpacks it inside the image being built (``ADD``)."""
+    """An upload is a tar (compressed or not) of files, folders and links with relative names
+    that stay within it, at most ``MAX_CONTEXT_FILES`` entries, unpacking to at most
+    ``MAX_UNPACKED_BYTES``: it is read through once, as a stream, and a bomb stops at that
+    bound. Nothing is unpacked on this host: the engine unpacks it inside the image being built
+    (``ADD``)."""
+    bounded = _Bounded(_unpacking(data), MAX_UNPACKED_BYTES)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            members = archive.getmembers()
-    except (tarfile.TarError, OSError, EOFError) as exc:
+        with tarfile.open(fileobj=bounded, mode="r|") as archive:
+            for count, member in enumerate(archive, start=1):
+                _check_member(member, count)
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, ValueError) as exc:
         raise BuildRefused("template_files", f"the upload is not a tar archive: {exc}") from None
-    if len(members) > MAX_CONTEXT_FILES:
+
+
+def _check_member(member: tarfile.TarInfo, count: int) -> None:
+    if count > MAX_CONTEXT_FILES:
         raise BuildRefused("template_files", f"an upload holds at most {MAX_CONTEXT_FILES} files")
-    for member in members:
-        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-            raise BuildRefused("template_files", f"{member.name!r}: not a file, folder or link")
-        path = Path(member.name)
-        if path.is_absolute() or ".." in path.parts:
-            raise BuildRefused("template_files", f"{member.name!r} leaves the upload")
+    plain = member.isfile() and not member.issparse()
+    if not (plain or member.isdir() or member.issym() or member.islnk()):
+        raise BuildRefused("template_files", f"{member.name!r}: not a file, folder or link")
+    path = Path(member.name)
+    if path.is_absolute() or ".." in path.parts:
+        raise BuildRefused("template_files", f"{member.name!r} leaves the upload")
 
 
 class TemplateBuilds:
