@@ -110,6 +110,9 @@ def test_python_and_javascript_are_listed_before_their_first_use_where_node_is(
     and a sandbox without node (``base``) lists none."""
     languages = {c.language for c in sandbox.list_code_contexts()}
     assert {"python", "javascript"} <= languages
+    made = sandbox.create_code_context()
+    assert sandbox.list_code_contexts()[-1].id == made.id  # the newest is listed last
+    sandbox.remove_code_context(made)
     assert sandbox.run_code("40 + 2", language="javascript").text == "42"
     listed = [c for c in sandbox.list_code_contexts() if c.language == "javascript"]
     assert [c.id for c in listed] == ["javascript"]

@@ -239,7 +239,11 @@ class Interpreter:
             return e2b_error(status_of(exc), f"{exc.error_type}: {exc.message}")
         listed = [_context(c) for c in contexts]
         if JAVASCRIPT not in {c["language"] for c in listed} and self._runs_javascript(sandbox):
-            listed.append({"id": JAVASCRIPT, "language": JAVASCRIPT, "cwd": to_e2b(WORKSPACE)})
+            # Beside Python's default, before the made ones: the newest context is listed last.
+            made = next((i for i, c in enumerate(listed) if c["id"] != "default"), len(listed))
+            listed.insert(
+                made, {"id": JAVASCRIPT, "language": JAVASCRIPT, "cwd": to_e2b(WORKSPACE)}
+            )
         return JSONResponse(listed)
 
     def _runs_javascript(self, sandbox: E2bSandbox) -> bool:
