@@ -467,7 +467,8 @@ def _every_route(keys: dict[str, str]) -> list[tuple[str, str, str]]:
     starlette("e2b-control", app.control.routes)
     starlette("envd", app.envd_http.routes)
     starlette("interpreter", app.interpreter.routes)
-    for rpc in (app.process, app.filesystem):
+    for served_rpc in (app.process, app.filesystem):
+        rpc = getattr(served_rpc, "wrapped", served_rpc)  # the process service is wrapped
         found.extend(("envd", "POST", path) for path in rpc._endpoints(rpc._service))
     return found
 

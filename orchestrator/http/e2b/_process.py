@@ -85,8 +85,9 @@ class ProcessApplication:
     and says it was killed."""
 
     def __init__(self, service: Any, **options: Any) -> None:
-        self._app = process_connect.ProcessASGIApplication(service, **options)
-        self.path: str = self._app.path
+        # The Connect application it wraps (what routes it serves is read off it).
+        self.wrapped = process_connect.ProcessASGIApplication(service, **options)
+        self.path: str = self.wrapped.path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = [False]
@@ -101,7 +102,7 @@ class ProcessApplication:
             await send(message)
 
         try:
-            await self._app(scope, receive, cut)
+            await self.wrapped(scope, receive, cut)
         finally:
             _gone.reset(token)
 
