@@ -195,7 +195,7 @@ async def test_image_list_shows_the_shipped_templates_and_the_two_built_here(
     rows = {
         line.split("│")[1].strip(): line for line in out.splitlines() if "sandhold-worker:" in line
     }
-    assert set(rows) == {BASE, "code-interpreter", "pip", "python-data"}
+    assert set(rows) == {BASE, "code-interpreter", "code-interpreter-full", "pip", "python-data"}
     assert worker_image.tag in rows[BASE] and python_data.tag in rows["python-data"]
     assert all(" built " in rows[name] and " MB " in rows[name] for name in (BASE, "python-data"))
     assert " shipped " in rows["pip"] and "sandhold-worker:pip-" in rows["pip"]
